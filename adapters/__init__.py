@@ -1,0 +1,1 @@
+"""Adapters that put litmus-sandbox in front of existing tool servers and harnesses."""

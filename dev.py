@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Set up a local virtual environment and run the project's jobs.
+
+    python3 dev.py demo     run the built-in example end to end
+    python3 dev.py test     lint (ruff), type-check (mypy --strict) and run the tests
+
+Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
+installs the project into it (editable, with its test and dev extras).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".litmus-installed"
+
+
+def _run(*cmd: str | Path) -> int:
+    return subprocess.call([str(c) for c in cmd], cwd=ROOT)
+
+
+def _ensure_env() -> None:
+    if not (BIN / "python").exists():
+        print("dev.py: creating .venv", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    # Reinstall only when the project's metadata changed.
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    print("dev.py: installing litmus-sandbox[dev] into .venv", flush=True)
+    quiet = ["-q", "--disable-pip-version-check"]
+    if _run(BIN / "python", "-m", "pip", "install", *quiet, "-e", ".[dev]") != 0:
+        sys.exit("dev.py: installation failed")
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py is what tells an old Python so
+        sys.exit(f"dev.py: Python 3.11+ is required, this is {sys.version.split()[0]}")
+    jobs = {"demo", "test", "example"}
+    if not argv or argv[0] not in jobs:
+        print(__doc__)
+        return 2
+    _ensure_env()
+    job, rest = argv[0], argv[1:]
+    if job in {"demo", "example"}:
+        return _run(BIN / "litmus-sandbox", "demo", *rest)
+    for step in (
+        [BIN / "ruff", "check", "."],
+        [BIN / "ruff", "format", "--check", "."],
+        [BIN / "mypy"],
+    ):
+        if (rc := _run(*step)) != 0:
+            return rc
+    return _run(BIN / "python", "-m", "pytest", *rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,217 @@
+"""Encoding and decoding of single records (JSON, one record per line). Sans-io.
+
+Reading is forgiving where the contract allows (unknown fields on stored records are
+ignored) and strict where it matters: an unknown record kind or a newer ``v`` is a clear
+"written by a newer version" error, and unknown *provenance* keys are kept aside on the
+verdict so that the gate can fail closed on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from ._records import (
+    SCHEMA_VERSION,
+    EpisodeEnd,
+    EpisodeHeader,
+    LegacyProvenance,
+    LegacyVerdict,
+    MessageStep,
+    PolicyRecord,
+    Provenance,
+    ToolCallStep,
+    Verdict,
+)
+
+EpisodeRecord = EpisodeHeader | MessageStep | ToolCallStep | EpisodeEnd
+VerdictRecord = Verdict | PolicyRecord | LegacyVerdict
+
+_encoder = msgspec.json.Encoder()
+_canonical = msgspec.json.Encoder(order="deterministic")
+
+
+class _Envelope(msgspec.Struct):
+    kind: Any = None
+    type: Any = None
+    v: Any = None
+
+
+class _StrictProvenance(
+    Provenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True
+):
+    pass
+
+
+class _StrictVerdict(Verdict, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False):
+    provenance: _StrictProvenance = _StrictProvenance()
+
+
+class _StrictLegacyProvenance(
+    LegacyProvenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True
+):
+    pass
+
+
+class _StrictLegacyVerdict(LegacyVerdict, frozen=True, kw_only=True, gc=False):
+    provenance: _StrictLegacyProvenance = _StrictLegacyProvenance()
+
+
+class DecodeProblem(ValueError):
+    """A line could not be decoded; ``newer`` marks a newer-version record."""
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_episode_decoders: dict[tuple[str, str | None], msgspec.json.Decoder[Any]] = {
+    ("episode", None): msgspec.json.Decoder(EpisodeHeader),
+    ("end", None): msgspec.json.Decoder(EpisodeEnd),
+    ("step", "message"): msgspec.json.Decoder(MessageStep),
+    ("step", "tool_call"): msgspec.json.Decoder(ToolCallStep),
+}
+#: Fast path for whole verdict files (``decode_lines``) and single lines alike.
+verdict_fast_decoder = msgspec.json.Decoder(_StrictVerdict | PolicyRecord)
+legacy_fast_decoder = msgspec.json.Decoder(_StrictLegacyVerdict)
+_verdict_lenient = msgspec.json.Decoder(Verdict)
+_legacy_lenient = msgspec.json.Decoder(LegacyVerdict)
+_raw_decoder = msgspec.json.Decoder()
+
+
+def encode(record: msgspec.Struct) -> bytes:
+    """One record as a JSON line (with the trailing newline)."""
+    return _encoder.encode(record) + b"\n"
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON (sorted keys) for content hashes."""
+    return _canonical.encode(obj)
+
+
+def content_hash(obj: Any) -> str:
+    """sha256 hex digest of ``obj``'s canonical JSON."""
+    return hashlib.sha256(_canonical.encode(obj)).hexdigest()
+
+
+def _envelope(line: bytes) -> _Envelope:
+    try:
+        return _envelope_decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        raise DecodeProblem(f"not valid JSON ({exc})") from None
+    except msgspec.ValidationError:
+        raise DecodeProblem("not a JSON object") from None
+
+
+def _check_version(env: _Envelope, what: str) -> None:
+    if env.v is None:
+        raise DecodeProblem(f"{what} record has no 'v' (schema version)")
+    if not isinstance(env.v, int) or isinstance(env.v, bool):
+        raise DecodeProblem(f"{what} record has a non-integer 'v': {env.v!r}")
+    if env.v > SCHEMA_VERSION:
+        raise DecodeProblem(
+            f"{what} record has v={env.v}, written by a newer version of litmus-sandbox "
+            f"(this one reads v<={SCHEMA_VERSION}); upgrade litmus-sandbox",
+            newer=True,
+        )
+
+
+def decode_episode_record(line: bytes) -> EpisodeRecord:
+    """Decode one episode-stream line. Raises :class:`DecodeProblem`."""
+    env = _envelope(line)
+    if env.kind is None:
+        raise DecodeProblem("record has no 'kind' (expected episode, step or end)")
+    if env.kind not in ("episode", "step", "end"):
+        if env.kind in ("verdict", "policy"):
+            raise DecodeProblem(
+                f"a {env.kind!r} record in an episode stream (is this a verdict file?)"
+            )
+        raise DecodeProblem(
+            f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",
+            newer=True,
+        )
+    _check_version(env, str(env.kind))
+    sub: str | None = None
+    if env.kind == "step":
+        if env.type is None:
+            raise DecodeProblem("step record has no 'type' (expected message or tool_call)")
+        if env.type not in ("message", "tool_call"):
+            raise DecodeProblem(
+                f"unknown step type {env.type!r}; written by a newer version of litmus-sandbox?",
+                newer=True,
+            )
+        sub = str(env.type)
+    decoder = _episode_decoders[(str(env.kind), sub)]
+    try:
+        record: EpisodeRecord = decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(f"invalid {sub or env.kind} record: {exc}") from None
+    return record
+
+
+def _unknown_keys(line: bytes, known: frozenset[str]) -> dict[str, Any]:
+    raw = _raw_decoder.decode(line)
+    prov = raw.get("provenance") if isinstance(raw, dict) else None
+    if not isinstance(prov, dict):
+        return {}
+    return {k: v for k, v in prov.items() if k not in known}
+
+
+_PROVENANCE_FIELDS = frozenset(Provenance.__struct_fields__)
+_LEGACY_FIELDS = frozenset(LegacyProvenance.__struct_fields__)
+
+
+def decode_verdict_record(line: bytes) -> VerdictRecord:
+    """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict."""
+    try:
+        return verdict_fast_decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        raise DecodeProblem(f"not valid JSON ({exc})") from None
+    except msgspec.ValidationError:
+        pass
+    env = _envelope(line)
+    if env.kind is None:
+        return _decode_legacy(line)
+    if env.kind not in ("verdict", "policy"):
+        if env.kind in ("episode", "step", "end"):
+            raise DecodeProblem(
+                f"an {env.kind!r} record in a verdict stream (is this an episode file?)"
+            )
+        raise DecodeProblem(
+            f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",
+            newer=True,
+        )
+    _check_version(env, str(env.kind))
+    if env.kind == "policy":
+        try:
+            return msgspec.json.decode(line, type=PolicyRecord)
+        except msgspec.ValidationError as exc:
+            raise DecodeProblem(f"invalid policy record: {exc}") from None
+    try:
+        verdict = _verdict_lenient.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(f"invalid verdict record: {exc}") from None
+    extra = _unknown_keys(line, _PROVENANCE_FIELDS)
+    if extra:
+        verdict = msgspec.structs.replace(verdict, unknown_provenance=extra)
+    return verdict
+
+
+def _decode_legacy(line: bytes) -> LegacyVerdict:
+    try:
+        return legacy_fast_decoder.decode(line)
+    except msgspec.ValidationError:
+        pass
+    try:
+        legacy = _legacy_lenient.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(
+            f"record has no 'kind' and is not a legacy verdict (run_id, safe, provenance): {exc}"
+        ) from None
+    extra = _unknown_keys(line, _LEGACY_FIELDS)
+    if extra:
+        legacy = msgspec.structs.replace(legacy, unknown_provenance=extra)
+    return legacy

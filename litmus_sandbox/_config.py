@@ -1,0 +1,361 @@
+"""Scoring configuration: the policy file (TOML) and its normalized, self-describing form.
+
+A policy file::
+
+    [scoring]
+    truncate_on_refusal = false          # cut after the first refusal (at scoring time)
+    truncate_on_empty_tool_result = false
+
+    [refusal]                            # optional; the built-in heuristic by default
+    name = "litmus-heuristic"
+    version = "1"
+    patterns = ["(?i)I can't help"]      # optional; replaces the built-in patterns
+
+    [judge]
+    kind = "rules"                       # or "python" with entry = "module:function"
+    label = "rules-2026-11"
+    retries = 0                          # re-ask a failing judge this many times
+    [[judge.rules]]
+    tool = "send_*"
+    fidelity = ["real", "swallowed"]
+
+    [judge.fallback]                     # optional judge used when the judge keeps failing
+    kind = "rules"
+
+    [oracle]
+    forbidden_findings = ["escape", "stub_leak"]
+
+Unknown keys are rejected with the key's path. The ``[tools]`` table belongs to the
+sandbox runtime and is accepted here unread, so one file can serve both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ._errors import ConfigError
+from ._records import SCHEMA_VERSION, PolicyRecord, Step
+from ._rules import RulesJudge
+from ._scoring import Judge, RefusalDetector, ScoringPolicy, StepJudgment, fingerprint
+
+_SECRET = re.compile(r"(?i)(api[_-]?key|token|secret|password|authorization)")
+
+
+class RefusalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str = "litmus-heuristic"
+    version: str = "1"
+    patterns: list[str] | None = None
+
+
+class OracleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    forbidden_findings: list[str] = []
+
+
+class JudgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: str = "rules"
+    label: str | None = None
+    rules: list[dict[str, Any]] = []
+    entry: str | None = None
+    path: str | None = None
+    params: dict[str, Any] = {}
+    code_sha256: str | None = None
+    retries: int = 0
+    fallback: JudgeConfig | None = None
+
+
+class PolicyFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    scoring: ScoringPolicy = ScoringPolicy()
+    refusal: RefusalConfig = RefusalConfig()
+    judge: JudgeConfig = JudgeConfig()
+    oracle: OracleConfig = OracleConfig()
+    tools: dict[str, Any] = {}
+    egress: dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------- python judges
+
+
+class PythonJudge:
+    """A judge implemented by a Python function ``fn(step, context)``.
+
+    The function returns a bool (safe), a :class:`StepJudgment`, or a mapping with
+    ``safe`` and optionally ``evidence`` and ``reason``. Its fingerprint covers the entry
+    point, the label, the params and a hash of the module's source, so editing the judge's
+    code changes provenance.
+    """
+
+    kind = "python"
+
+    def __init__(
+        self,
+        entry: str,
+        *,
+        label: str | None = None,
+        path: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        base_dir: str | None = None,
+    ) -> None:
+        self.entry = entry
+        self.params = dict(params or {})
+        self._fn, source = _load_entry(entry, path, base_dir)
+        self.code_sha256 = hashlib.sha256(source).hexdigest()
+        self.path = path
+        self._label = label or entry
+        self._description = {
+            "kind": self.kind,
+            "label": self._label,
+            "entry": entry,
+            "path": path,
+            "code_sha256": self.code_sha256,
+            "params": _redact(self.params),
+        }
+        self._fingerprint = fingerprint({**self._description, "params": self.params})
+        self._wants_params = "params" in inspect.signature(self._fn).parameters
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._description)
+
+    def judge_step(self, step: Step, context: Sequence[Step]) -> StepJudgment:
+        raw = (
+            self._fn(step, context, params=self.params)
+            if self._wants_params
+            else self._fn(step, context)
+        )
+        if isinstance(raw, StepJudgment):
+            return raw
+        if isinstance(raw, bool):
+            return StepJudgment(safe=raw)
+        if isinstance(raw, Mapping):
+            try:
+                return msgspec.convert(dict(raw), StepJudgment)
+            except msgspec.ValidationError as exc:
+                raise TypeError(f"judge {self.entry} returned an invalid mapping: {exc}") from None
+        raise TypeError(
+            f"judge {self.entry} returned {type(raw).__name__}; expected bool, mapping or StepJudgment"
+        )
+
+
+def _load_entry(
+    entry: str, path: str | None, base_dir: str | None
+) -> tuple[Callable[..., Any], bytes]:
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"judge entry {entry!r} must look like 'module:function'")
+    try:
+        if path is not None:
+            file = Path(base_dir or ".", path)
+            spec = importlib.util.spec_from_file_location(f"litmus_judge_{module_name}", file)
+            if spec is None or spec.loader is None or not file.is_file():
+                raise ConfigError(f"judge path {str(file)!r} is not a Python file")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"cannot load judge {entry!r}: {type(exc).__name__}: {exc}") from None
+    fn: Any = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ConfigError(f"judge {entry!r}: {module_name} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ConfigError(f"judge {entry!r} is not callable")
+    try:
+        source = Path(inspect.getfile(module)).read_bytes()
+    except (TypeError, OSError):
+        source = entry.encode()
+    return fn, source
+
+
+def _redact(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: ("<redacted>" if _SECRET.search(str(k)) else _redact(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------- scoring config
+
+
+class ScoringConfig:
+    """Everything that turns an episode into a verdict: policy, detector, judge(s)."""
+
+    def __init__(
+        self,
+        *,
+        judge: Judge,
+        policy: ScoringPolicy | None = None,
+        detector: RefusalDetector | None = None,
+        retries: int = 0,
+        fallback: Judge | None = None,
+        forbidden_findings: Sequence[str] = (),
+    ) -> None:
+        if retries < 0:
+            raise ConfigError("judge.retries must be 0 or more")
+        self.policy = policy or ScoringPolicy()
+        if self.policy.reduction != "all":
+            raise ConfigError(
+                f"scoring.reduction {self.policy.reduction!r} is not supported (only 'all')"
+            )
+        self.detector = detector or RefusalDetector()
+        self.judge = judge
+        self.retries = retries
+        self.fallback = fallback
+        self.forbidden_findings = tuple(forbidden_findings)
+
+    def describe(self) -> dict[str, Any]:
+        """The normalized, secret-free policy written at the head of a verdict stream."""
+        judge = self.judge.describe()
+        judge["retries"] = self.retries
+        if self.fallback is not None:
+            judge["fallback"] = self.fallback.describe()
+        return {
+            "scoring": msgspec.to_builtins(self.policy),
+            "refusal": self.detector.describe(),
+            "judge": judge,
+            "oracle": {"forbidden_findings": list(self.forbidden_findings)},
+        }
+
+    def record(self) -> PolicyRecord:
+        return PolicyRecord(
+            v=SCHEMA_VERSION,
+            policy=self.describe(),
+            judge=self.judge.fingerprint,
+            refusal_detector=self.detector.fingerprint,
+        )
+
+
+def _build_judge(cfg: JudgeConfig, base_dir: str | None, where: str) -> Judge:
+    if cfg.kind == "rules":
+        if cfg.entry is not None or cfg.path is not None:
+            raise ConfigError(f"{where}: 'entry' and 'path' go with kind = \"python\"")
+        return RulesJudge(cfg.rules, label=cfg.label or "rules")
+    if cfg.kind == "python":
+        if cfg.entry is None:
+            raise ConfigError(f'{where}: kind = "python" needs entry = "module:function"')
+        if cfg.rules:
+            raise ConfigError(f"{where}: 'rules' go with kind = \"rules\"")
+        judge = PythonJudge(
+            cfg.entry, label=cfg.label, path=cfg.path, params=cfg.params, base_dir=base_dir
+        )
+        if cfg.code_sha256 is not None and cfg.code_sha256 != judge.code_sha256:
+            raise ConfigError(
+                f"{where}: the code of judge {cfg.entry!r} changed since the verdicts were "
+                f"scored (sha256 {cfg.code_sha256[:12]} then, {judge.code_sha256[:12]} now)"
+            )
+        return judge
+    raise ConfigError(f"{where}: unknown judge kind {cfg.kind!r} (expected 'rules' or 'python')")
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, source: str = "policy", base_dir: str | None = None
+) -> ScoringConfig:
+    """Build a :class:`ScoringConfig` from a parsed policy mapping.
+
+    Raises:
+        ConfigError: unknown keys, wrong types, or a judge that cannot be built.
+    """
+    try:
+        pf = msgspec.convert(dict(data), PolicyFile)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    judge = _build_judge(pf.judge, base_dir, f"{source}: [judge]")
+    fallback = (
+        _build_judge(pf.judge.fallback, base_dir, f"{source}: [judge.fallback]")
+        if pf.judge.fallback is not None
+        else None
+    )
+    if pf.judge.fallback is not None and pf.judge.fallback.fallback is not None:
+        raise ConfigError(f"{source}: [judge.fallback] cannot have a fallback of its own")
+    detector = RefusalDetector(
+        name=pf.refusal.name,
+        version=pf.refusal.version,
+        **({"patterns": pf.refusal.patterns} if pf.refusal.patterns is not None else {}),
+    )
+    return ScoringConfig(
+        judge=judge,
+        policy=pf.scoring,
+        detector=detector,
+        retries=pf.judge.retries,
+        fallback=fallback,
+        forbidden_findings=pf.oracle.forbidden_findings,
+    )
+
+
+def load_policy(path: str | os.PathLike[str]) -> ScoringConfig:
+    """Read a policy file (TOML). Python judges' ``path`` is relative to the file.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or not a valid policy.
+    """
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    return config_from_mapping(data, source=p, base_dir=str(Path(p).resolve().parent))
+
+
+def config_from_record(record: PolicyRecord, *, source: str) -> ScoringConfig:
+    """Rebuild the scoring configuration a verdict stream was produced with (``--like``).
+
+    Raises:
+        ConfigError: the policy cannot be rebuilt, or rebuilds with other fingerprints
+            (e.g. a Python judge whose code changed).
+    """
+    policy = dict(record.policy)
+    judge = dict(policy.get("judge", {}))
+    fallback = judge.pop("fallback", None)
+    data: dict[str, Any] = {
+        "scoring": policy.get("scoring", {}),
+        "refusal": policy.get("refusal", {}),
+        "oracle": policy.get("oracle", {}),
+        "judge": {**judge, **({"fallback": _judge_section(fallback)} if fallback else {})},
+    }
+    data["judge"] = _judge_section(data["judge"])
+    if "<redacted>" in repr(data):
+        raise ConfigError(
+            f"{source}: the judge's configuration has redacted secrets; pass --policy instead"
+        )
+    config = config_from_mapping(data, source=source, base_dir=os.getcwd())
+    if config.judge.fingerprint != record.judge:
+        raise ConfigError(
+            f"{source}: rebuilt judge fingerprint {config.judge.fingerprint} differs from the "
+            f"recorded {record.judge}"
+        )
+    if config.detector.fingerprint != record.refusal_detector:
+        raise ConfigError(f"{source}: rebuilt refusal detector differs from the recorded one")
+    return config
+
+
+def _judge_section(judge: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in judge.items() if v is not None}
+    if out.get("kind") != "python":
+        out.pop("params", None)
+        out.pop("code_sha256", None)
+    return out

@@ -1,0 +1,34 @@
+"""The exception hierarchy: one root, families that say whose fault it is."""
+
+from __future__ import annotations
+
+
+class LitmusError(Exception):
+    """Root of every error litmus-sandbox raises on purpose."""
+
+
+class ConfigError(LitmusError, ValueError):
+    """The caller misused the API or wrote a bad policy/config file."""
+
+
+class RecordDecodeError(LitmusError, ValueError):
+    """A stored record could not be read. Names the file and line."""
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {problem}")
+
+
+class NewerVersionError(RecordDecodeError):
+    """A record was written by a newer schema version than this reader understands."""
+
+
+class UpstreamError(LitmusError):
+    """Infrastructure failed: a tool server, a judge endpoint, a subprocess."""
+
+
+class JudgeError(UpstreamError):
+    """A judge failed to produce a verdict (after its retries and fallback)."""

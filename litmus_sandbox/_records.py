@@ -1,0 +1,348 @@
+"""The record model: every record litmus-sandbox reads or writes.
+
+Pure data (msgspec Structs), no I/O. Records are versioned by ``v``; new fields get
+defaults and no field ever changes type, so old readers can read newer files (unknown
+fields are ignored on stored records) and hand-written records need only the fields
+that identify them.
+
+Episode streams hold three kinds of record, tagged by ``kind``:
+
+* ``episode`` - the header (:class:`EpisodeHeader`),
+* ``step`` - one agent action, tagged again by ``type``: :class:`MessageStep` or
+  :class:`ToolCallStep`,
+* ``end`` - :class:`EpisodeEnd`; an episode without one is incomplete.
+
+Verdict streams hold a ``policy`` record (the normalized scoring policy that produced
+the verdicts that follow it) and ``verdict`` records. The gate also reads
+:class:`LegacyVerdict`, the shape of the reference incident report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+#: Version of the record schema this library writes and fully understands.
+SCHEMA_VERSION = 1
+
+Fidelity = Literal["real", "stubbed", "replayed", "swallowed", "denied"]
+FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "swallowed", "denied")
+
+#: Fidelity modes a policy can configure for a tool (``tool_modes`` in headers).
+ToolMode = Literal["real", "stub", "swallow", "deny", "replay"]
+TOOL_MODES: tuple[str, ...] = ("real", "stub", "swallow", "deny", "replay")
+
+Role = Literal["user", "assistant", "system", "tool"]
+EndStatus = Literal["complete", "aborted"]
+Evidence = Literal["observed", "requested", "claimed"]
+
+
+class Recorder(msgspec.Struct, frozen=True, kw_only=True):
+    """Who made a recording, and whether the recording itself stopped early.
+
+    ``measurement_version`` is bumped only when *what is recorded* changes, not on every
+    release; recorders that give none are identified by ``name`` and ``version``.
+    """
+
+    name: str = "unknown"
+    version: str = ""
+    measurement_version: str | None = None
+    truncated: bool = False
+
+    def identity(self) -> str:
+        """The identity the gate compares: name plus measurement (or release) version."""
+        if self.measurement_version is not None:
+            return f"{self.name}/m{self.measurement_version}"
+        return f"{self.name}@{self.version}"
+
+
+class EpisodeHeader(msgspec.Struct, frozen=True, kw_only=True, tag="episode", tag_field="kind"):
+    """First record of an episode: what case was run, by what agent, recorded how."""
+
+    v: int
+    episode_id: str
+    case_id: str
+    suite: str | None = None
+    agent: str | None = None
+    started_at: str | None = None
+    recorder: Recorder = Recorder()
+    tool_modes: dict[str, str] = {}
+    meta: dict[str, Any] = {}
+
+
+class Shown(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent was shown as a tool result.
+
+    ``content`` is a list of MCP-style content blocks (``{"type": "text", "text": ...}``);
+    blocks of other types are kept exactly as they are.
+    """
+
+    content: tuple[dict[str, Any], ...] = ()
+    is_error: bool = False
+    structured: Any = None
+
+    def is_empty(self) -> bool:
+        """No content (or only whitespace text), no structured content, and not an error."""
+        if self.is_error or self.structured is not None:
+            return False
+        for block in self.content:
+            if block.get("type") != "text":
+                return False
+            text = block.get("text")
+            if not isinstance(text, str) or text.strip():
+                return False
+        return True
+
+    def text(self) -> str:
+        """The text blocks joined by newlines (other blocks are skipped)."""
+        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+
+class Actual(msgspec.Struct, frozen=True, kw_only=True):
+    """What really happened behind a call, recorded when it differs from what was shown.
+
+    ``outcome`` is one of ``returned``, ``raised``, ``timeout``, ``dropped`` (a swallowed
+    call that never ran), ``interrupted`` (cancelled mid-call), ``not_run``.
+    """
+
+    outcome: str
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    repr_only: bool = False
+    size: int | None = None
+    sha256: str | None = None
+
+
+class FsEffect(msgspec.Struct, frozen=True, kw_only=True):
+    """One filesystem change: ``created``, ``modified``, ``deleted``, ``metadata``, ``symlink``."""
+
+    op: str
+    path: str
+    entry: str = "file"
+    before_sha256: str | None = None
+    after_sha256: str | None = None
+    before_size: int | None = None
+    after_size: int | None = None
+    before_mode: int | None = None
+    after_mode: int | None = None
+    target: str | None = None
+
+
+class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempted network request and what the egress policy decided."""
+
+    method: str = "CONNECT"
+    scheme: str = "http"
+    host: str
+    port: int | None = None
+    path: str = ""
+    request_bytes: int = 0
+    response_bytes: int = 0
+    status: int | None = None
+    decision: str = "allow"
+    sni: str | None = None
+
+
+class Effects(msgspec.Struct, frozen=True, kw_only=True):
+    """Side effects observed while a call was in flight."""
+
+    fs: tuple[FsEffect, ...] = ()
+    egress: tuple[EgressEvent, ...] = ()
+    state: tuple[dict[str, Any], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.fs or self.egress or self.state)
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """An oracle conclusion: ``stub_leak``, ``hidden_effect``, ``unattributed_effect``, ``escape``."""
+
+    code: str
+    detail: str = ""
+    path: str | None = None
+    host: str | None = None
+
+
+class ReplaySource(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a replayed result came from."""
+
+    episode_id: str
+    step: int
+
+
+class MessageStep(msgspec.Struct, frozen=True, kw_only=True, tag="message", tag_field="type"):
+    """A message in the conversation. ``refusal`` is an explicit label from the harness."""
+
+    v: int
+    episode_id: str
+    index: int
+    role: Role
+    text: str
+    refusal: bool | None = None
+    at: float | None = None
+    meta: dict[str, Any] = {}
+
+
+class ToolCallStep(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call", tag_field="type"):
+    """A tool call and the result the agent was shown, tagged with its fidelity."""
+
+    v: int
+    episode_id: str
+    index: int
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    fidelity: Fidelity
+    shown: Shown
+    actual: Actual | None = None
+    effects: Effects = Effects()
+    findings: tuple[Finding, ...] = ()
+    source: ReplaySource | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    meta: dict[str, Any] = {}
+
+
+Step = MessageStep | ToolCallStep
+
+
+class EpisodeEnd(msgspec.Struct, frozen=True, kw_only=True, tag="end", tag_field="kind"):
+    """Last record of an episode. Its absence means the episode is incomplete."""
+
+    v: int
+    episode_id: str
+    status: EndStatus
+    steps: int | None = None
+    reason: str | None = None
+    at: str | None = None
+
+
+class Episode(msgspec.Struct, frozen=True, kw_only=True):
+    """An episode read back from a stream: header, steps in index order, and end (if any)."""
+
+    header: EpisodeHeader
+    steps: tuple[Step, ...]
+    end: EpisodeEnd | None
+    source: str = ""
+    torn: bool = False
+
+    @property
+    def episode_id(self) -> str:
+        return self.header.episode_id
+
+    @property
+    def case_id(self) -> str:
+        return self.header.case_id
+
+    @property
+    def complete(self) -> bool:
+        """Ended ``complete`` with every step present and nothing torn."""
+        return (
+            self.end is not None
+            and self.end.status == "complete"
+            and not self.torn
+            and (self.end.steps is None or self.end.steps == len(self.steps))
+        )
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+class StepVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The judge's verdict on one covered step."""
+
+    index: int
+    safe: bool
+    content_sha256: str = ""
+    evidence: Evidence | None = None
+    rules: tuple[str, ...] = ()
+    reason: str | None = None
+    #: Forbidden findings attributed to this step although the judge called it safe.
+    contradictions: tuple[str, ...] = ()
+
+
+class RecorderId(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The recorder identity carried in a verdict's provenance."""
+
+    name: str
+    version: str = ""
+    measurement_version: str | None = None
+
+    def identity(self) -> str:
+        if self.measurement_version is not None:
+            return f"{self.name}/m{self.measurement_version}"
+        return f"{self.name}@{self.version}"
+
+
+class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Everything about a verdict that is measurement rather than behaviour.
+
+    Every field defaults to ``None`` meaning *unknown*; the gate fails closed on unknowns.
+    """
+
+    recorder: RecorderId | None = None
+    recording_truncated: bool | None = None
+    episode_complete: bool | None = None
+    truncate_on_refusal: bool | None = None
+    truncate_on_empty_tool_result: bool | None = None
+    refusal_detector: str | None = None
+    judge: str | None = None
+    judge_label: str | None = None
+    judge_retries: int = 0
+    fallback_judge: bool | None = None
+    steps_recorded: int | None = None
+    steps_covered: int | None = None
+    tool_modes: dict[str, str] | None = None
+    tools_called: tuple[str, ...] | None = None
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False):
+    """A trajectory verdict: ``safe = all(step.safe for step in steps)`` over covered steps."""
+
+    v: int
+    case_id: str
+    episode_id: str
+    safe: bool
+    steps: tuple[StepVerdict, ...] = ()
+    first_unsafe_step: int | None = None
+    provenance: Provenance = Provenance()
+    #: Provenance keys this reader does not know (written by a newer version); fail closed.
+    unknown_provenance: dict[str, Any] = {}
+
+
+class PolicyRecord(msgspec.Struct, frozen=True, kw_only=True, tag="policy", tag_field="kind"):
+    """Heads a verdict stream: the normalized scoring policy that produced its verdicts."""
+
+    v: int
+    policy: dict[str, Any]
+    judge: str
+    refusal_detector: str
+    episode_id: str = ""
+
+
+class LegacyProvenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Provenance of the reference report's verdict shape. Missing fields are unknown."""
+
+    truncate_on_refusal: bool | None = None
+    truncate_on_empty_tool_result: bool | None = None
+    steps_covered: int | None = None
+    judge_version: str | None = None
+
+
+class LegacyVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The reference report's ``TrajectoryVerdict``: ``run_id``, ``safe``, ``provenance``."""
+
+    run_id: str
+    safe: bool
+    provenance: LegacyProvenance = LegacyProvenance()
+    #: Provenance keys this reader does not know; the gate fails closed on them.
+    unknown_provenance: dict[str, Any] = {}
+
+    @property
+    def case_id(self) -> str:
+        return self.run_id
+
+
+AnyVerdict = Verdict | LegacyVerdict
