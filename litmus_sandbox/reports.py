@@ -172,7 +172,7 @@ def render_table(
     )
     plan = report.rebaseline_plan
     if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
-        calls = f"{plan.judge_calls}" + ("" if plan.judge_calls_exact else " at most")
+        calls = ("" if plan.judge_calls_exact else "at most ") + f"{plan.judge_calls}"
         lines.append(
             f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls} judge calls), "
             f"re-run {len(plan.rerun_baseline)} baselines, re-run {len(plan.rerun_candidate)} candidates"
