@@ -9,7 +9,7 @@ verdict so that the gate can fail closed on them.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -26,6 +26,8 @@ from ._records import (
     Verdict,
 )
 
+_S = TypeVar("_S", bound=msgspec.Struct)
+
 EpisodeRecord = EpisodeHeader | MessageStep | ToolCallStep | EpisodeEnd
 VerdictRecord = Verdict | PolicyRecord | LegacyVerdict
 
@@ -39,24 +41,35 @@ class _Envelope(msgspec.Struct):
     v: Any = None
 
 
-class _StrictProvenance(
-    Provenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True
+# Provenance structs forbid unknown keys so that the fast path notices them; these
+# lenient twins read such records, whose unknown keys are then kept aside.
+class _LenientProvenance(
+    Provenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
 ):
     pass
 
 
-class _StrictVerdict(Verdict, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False):
-    provenance: _StrictProvenance = _StrictProvenance()
+class _LenientVerdict(
+    Verdict, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False
+):
+    provenance: _LenientProvenance = _LenientProvenance()
 
 
-class _StrictLegacyProvenance(
-    LegacyProvenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True
+class _LenientLegacyProvenance(
+    LegacyProvenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
 ):
     pass
 
 
-class _StrictLegacyVerdict(LegacyVerdict, frozen=True, kw_only=True, gc=False):
-    provenance: _StrictLegacyProvenance = _StrictLegacyProvenance()
+class _LenientLegacyVerdict(LegacyVerdict, frozen=True, kw_only=True, gc=False):
+    provenance: _LenientLegacyProvenance = _LenientLegacyProvenance()
+
+
+def _as(cls: type[_S], obj: msgspec.Struct, **changes: Any) -> _S:
+    """Copy ``obj`` into its public parent class ``cls``."""
+    fields = {f: getattr(obj, f) for f in cls.__struct_fields__}
+    fields.update(changes)
+    return cls(**fields)
 
 
 class DecodeProblem(ValueError):
@@ -75,10 +88,10 @@ _episode_decoders: dict[tuple[str, str | None], msgspec.json.Decoder[Any]] = {
     ("step", "tool_call"): msgspec.json.Decoder(ToolCallStep),
 }
 #: Fast path for whole verdict files (``decode_lines``) and single lines alike.
-verdict_fast_decoder = msgspec.json.Decoder(_StrictVerdict | PolicyRecord)
-legacy_fast_decoder = msgspec.json.Decoder(_StrictLegacyVerdict)
-_verdict_lenient = msgspec.json.Decoder(Verdict)
-_legacy_lenient = msgspec.json.Decoder(LegacyVerdict)
+verdict_fast_decoder = msgspec.json.Decoder(Verdict | PolicyRecord)
+legacy_fast_decoder = msgspec.json.Decoder(LegacyVerdict)
+_verdict_lenient = msgspec.json.Decoder(_LenientVerdict)
+_legacy_lenient = msgspec.json.Decoder(_LenientLegacyVerdict)
 _raw_decoder = msgspec.json.Decoder()
 
 
@@ -98,12 +111,13 @@ def content_hash(obj: Any) -> str:
 
 
 def _envelope(line: bytes) -> _Envelope:
+    # ValidationError subclasses DecodeError: test for it first.
     try:
         return _envelope_decoder.decode(line)
-    except msgspec.DecodeError as exc:
-        raise DecodeProblem(f"not valid JSON ({exc})") from None
     except msgspec.ValidationError:
         raise DecodeProblem("not a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeProblem(f"not valid JSON ({exc})") from None
 
 
 def _check_version(env: _Envelope, what: str) -> None:
@@ -168,10 +182,10 @@ def decode_verdict_record(line: bytes) -> VerdictRecord:
     """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict."""
     try:
         return verdict_fast_decoder.decode(line)
+    except msgspec.ValidationError:
+        pass  # not the common shape: find out what it is below
     except msgspec.DecodeError as exc:
         raise DecodeProblem(f"not valid JSON ({exc})") from None
-    except msgspec.ValidationError:
-        pass
     env = _envelope(line)
     if env.kind is None:
         return _decode_legacy(line)
@@ -191,13 +205,15 @@ def decode_verdict_record(line: bytes) -> VerdictRecord:
         except msgspec.ValidationError as exc:
             raise DecodeProblem(f"invalid policy record: {exc}") from None
     try:
-        verdict = _verdict_lenient.decode(line)
+        lenient = _verdict_lenient.decode(line)
     except msgspec.ValidationError as exc:
         raise DecodeProblem(f"invalid verdict record: {exc}") from None
-    extra = _unknown_keys(line, _PROVENANCE_FIELDS)
-    if extra:
-        verdict = msgspec.structs.replace(verdict, unknown_provenance=extra)
-    return verdict
+    return _as(
+        Verdict,
+        lenient,
+        provenance=_as(Provenance, lenient.provenance),
+        unknown_provenance=_unknown_keys(line, _PROVENANCE_FIELDS),
+    )
 
 
 def _decode_legacy(line: bytes) -> LegacyVerdict:

@@ -8,8 +8,8 @@ that identify them.
 Episode streams hold three kinds of record, tagged by ``kind``:
 
 * ``episode`` - the header (:class:`EpisodeHeader`),
-* ``step`` - one agent action, tagged again by ``type``: :class:`MessageStep` or
-  :class:`ToolCallStep`,
+* ``step`` - one agent action, told apart by ``type``: :class:`MessageStep`
+  (``message``) or :class:`ToolCallStep` (``tool_call``),
 * ``end`` - :class:`EpisodeEnd`; an episode without one is incomplete.
 
 Verdict streams hold a ``policy`` record (the normalized scoring policy that produced
@@ -172,9 +172,10 @@ class ReplaySource(msgspec.Struct, frozen=True, kw_only=True):
     step: int
 
 
-class MessageStep(msgspec.Struct, frozen=True, kw_only=True, tag="message", tag_field="type"):
+class MessageStep(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="kind"):
     """A message in the conversation. ``refusal`` is an explicit label from the harness."""
 
+    type: Literal["message"] = "message"
     v: int
     episode_id: str
     index: int
@@ -185,9 +186,10 @@ class MessageStep(msgspec.Struct, frozen=True, kw_only=True, tag="message", tag_
     meta: dict[str, Any] = {}
 
 
-class ToolCallStep(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call", tag_field="type"):
+class ToolCallStep(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="kind"):
     """A tool call and the result the agent was shown, tagged with its fidelity."""
 
+    type: Literal["tool_call"] = "tool_call"
     v: int
     episode_id: str
     index: int
@@ -276,10 +278,12 @@ class RecorderId(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return f"{self.name}@{self.version}"
 
 
-class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True):
     """Everything about a verdict that is measurement rather than behaviour.
 
     Every field defaults to ``None`` meaning *unknown*; the gate fails closed on unknowns.
+    Unknown keys (from a newer writer) do not fail reading: readers keep them aside in
+    the verdict's ``unknown_provenance``, and the gate fails closed on them.
     """
 
     recorder: RecorderId | None = None
@@ -322,7 +326,9 @@ class PolicyRecord(msgspec.Struct, frozen=True, kw_only=True, tag="policy", tag_
     episode_id: str = ""
 
 
-class LegacyProvenance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class LegacyProvenance(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True
+):
     """Provenance of the reference report's verdict shape. Missing fields are unknown."""
 
     truncate_on_refusal: bool | None = None
