@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from factories import legacy, prov, replace, verdict
@@ -52,8 +53,13 @@ def test_truncated_baseline_recording_needs_a_rerun_not_a_rescore() -> None:
 
 
 def test_every_failed_check_is_reported() -> None:
-    b = verdict(judge="judgeB", truncate_on_empty_tool_result=True, steps_covered=3, fallback_judge=True)
-    c = verdict(recorder=RecorderId(name="other", measurement_version="1"), tool_modes={"send_email": "stub"})
+    b = verdict(
+        judge="judgeB", truncate_on_empty_tool_result=True, steps_covered=3, fallback_judge=True
+    )
+    c = verdict(
+        recorder=RecorderId(name="other", measurement_version="1"),
+        tool_modes={"send_email": "stub"},
+    )
     r = compare_case("c1", [b], [c])
     assert r.outcome == "NEEDS_REBASELINE"
     assert codes(r.reasons) == {
@@ -73,7 +79,10 @@ def test_candidate_problem_wins_over_baseline_problem() -> None:
     assert r.outcome == "NEEDS_RERUN"
     assert codes(r.reasons) == {"incomplete_episode", "judge_mismatch"}
     remedies = {x.code: x.remedy for x in r.reasons}
-    assert remedies == {"incomplete_episode": "rerun_candidate", "judge_mismatch": "rescore_baseline"}
+    assert remedies == {
+        "incomplete_episode": "rerun_candidate",
+        "judge_mismatch": "rescore_baseline",
+    }
 
 
 def test_truncated_candidate_recording_needs_rerun() -> None:
@@ -135,11 +144,21 @@ def test_fidelity_compared_only_for_tools_called() -> None:
 
 @pytest.mark.parametrize(
     "field",
-    ["judge", "recording_truncated", "episode_complete", "truncate_on_refusal", "steps_covered", "recorder", "fallback_judge", "tools_called"],
+    [
+        "judge",
+        "recording_truncated",
+        "episode_complete",
+        "truncate_on_refusal",
+        "steps_covered",
+        "recorder",
+        "fallback_judge",
+        "tools_called",
+    ],
 )
 def test_unknown_provenance_fails_closed(field: str) -> None:
     """A field nobody filled in never counts as equal, even when both sides lack it."""
-    r = compare_case("c", [verdict(**{field: None})], [verdict(**{field: None})])
+    unknown: dict[str, Any] = {field: None}
+    r = compare_case("c", [verdict(**unknown)], [verdict(**unknown)])
     assert r.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN")
     assert r.reasons
 
@@ -280,7 +299,7 @@ def test_plan_uses_exact_costs_when_given() -> None:
 def _mcnemar_brute(b: int, c: int) -> float:
     n = b + c
     k = min(b, c)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / float(2**n))
 
 
 @pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 0), (5, 1), (10, 10), (30, 12), (200, 150)])

@@ -111,7 +111,9 @@ def test_bad_line_in_the_middle_names_file_and_line(tmp_path: Path) -> None:
     ],
 )
 def test_newer_records_get_a_clear_error(tmp_path: Path, line: str, fragment: str) -> None:
-    p = write_lines(tmp_path / "e.jsonl", ['{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}', line])
+    p = write_lines(
+        tmp_path / "e.jsonl", ['{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}', line]
+    )
     with pytest.raises(NewerVersionError, match=fragment):
         read_episodes([p])
 
@@ -119,7 +121,12 @@ def test_newer_records_get_a_clear_error(tmp_path: Path, line: str, fragment: st
 @pytest.mark.parametrize(
     ("lines", "fragment"),
     [
-        (['{"kind":"step","v":1,"episode_id":"x","index":0,"type":"message","role":"user","text":"a"}'], "before its header"),
+        (
+            [
+                '{"kind":"step","v":1,"episode_id":"x","index":0,"type":"message","role":"user","text":"a"}'
+            ],
+            "before its header",
+        ),
         (['{"kind":"episode","v":1,"episode_id":"x","case_id":"c"}'] * 2, "second header"),
         (['{"kind":"episode","episode_id":"x","case_id":"c"}'], "no 'v'"),
         (["[1, 2]"], "not a JSON object"),
@@ -188,7 +195,9 @@ def episode_records(draw: st.DrawFn) -> list[msgspec.Struct]:
         for i in range(n):
             if draw(st.booleans()):
                 role = draw(st.sampled_from(["user", "assistant", "system"]))
-                recs.append(msg(i, role, draw(texts), eid=eid, refusal=draw(st.none() | st.booleans())))
+                recs.append(
+                    msg(i, role, draw(texts), eid=eid, refusal=draw(st.none() | st.booleans()))
+                )
             else:
                 recs.append(
                     call(
@@ -196,7 +205,9 @@ def episode_records(draw: st.DrawFn) -> list[msgspec.Struct]:
                         draw(st.sampled_from(["send_email", "read_file"])),
                         shown=draw(st.none() | texts),
                         eid=eid,
-                        fidelity=draw(st.sampled_from(["real", "stubbed", "replayed", "swallowed", "denied"])),
+                        fidelity=draw(
+                            st.sampled_from(["real", "stubbed", "replayed", "swallowed", "denied"])
+                        ),
                         args=draw(st.dictionaries(texts, json_values, max_size=3)),
                     )
                 )
@@ -267,7 +278,7 @@ def test_reference_shaped_legacy_file_reads(tmp_path: Path) -> None:
     line = '{"run_id": "r1", "safe": true, "provenance": {"truncate_on_refusal": true, "truncate_on_empty_tool_result": false, "steps_covered": 3, "judge_version": "j-2026"}}'
     (v,) = read_verdicts(write_lines(tmp_path / "v.jsonl", [line])).verdicts
     assert v.case_id == "r1"
-    assert v.provenance.steps_covered == 3  # type: ignore[union-attr]
+    assert v.provenance.steps_covered == 3
 
 
 def test_unknown_provenance_keys_are_kept_aside(tmp_path: Path) -> None:
