@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up a local virtual environment and run the project's jobs.
 
-    python3 dev.py demo     run the built-in example end to end
+    python3 dev.py demo     run the built-in example end to end (the incident reproduction)
     python3 dev.py test     lint (ruff), type-check (mypy --strict) and run the tests
 
 Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     _ensure_env()
     job, rest = argv[0], argv[1:]
     if job in {"demo", "example"}:
-        return _run(BIN / "litmus-sandbox", "demo", *rest)
+        return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     for step in (
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
