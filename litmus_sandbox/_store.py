@@ -97,6 +97,12 @@ class JsonlWriter:
             if self._fsync:
                 os.fsync(self._file.fileno())
 
+    def sync(self) -> None:
+        """fsync what was written so far."""
+        with self._lock:
+            if self._file is not None:
+                os.fsync(self._file.fileno())
+
     def close(self) -> None:
         with self._lock:
             if self._file is not None:

@@ -19,3 +19,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
+
+
+import pytest  # noqa: E402 - kept beside the fixture it serves
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Async tests run on both asyncio and trio."""
+    return str(request.param)

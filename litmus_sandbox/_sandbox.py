@@ -1,0 +1,436 @@
+"""The sandbox: an async proxy between an agent and its tools that records everything.
+
+Theory of operation
+-------------------
+A :class:`Sandbox` owns the episode stream and the tools. ``sandbox.episode(...)`` opens
+an :class:`EpisodeRecorder`; its header (with the tool modes in force) is written first.
+Each ``ep.message`` and each finished ``ep.call`` becomes a step, numbered in the order it
+completed, flushed to disk *before* the call returns to the agent. The fidelity policy
+decides per call whether the real tool runs and what the agent is shown; whenever those
+differ, what really happened is recorded beside what was shown. Refusals are recorded
+like any message: nothing here ever stops recording early. The episode ends ``complete``
+when its block exits normally and ``aborted`` (with the reason) when it exits by an
+exception or cancellation, which then propagates.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from ._errors import ConfigError
+from ._policy import Policy, Stub, ToolPolicy
+from ._records import (
+    SCHEMA_VERSION,
+    Actual,
+    EpisodeEnd,
+    EpisodeHeader,
+    MessageStep,
+    Recorder,
+    Shown,
+    ToolCallStep,
+)
+from ._store import JsonlWriter
+
+RECORDER_NAME = "litmus-sandbox"
+#: Bumped only when *what is recorded* changes (the gate's recorder identity).
+MEASUREMENT_VERSION = "1"
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+
+_json = msgspec.json.Encoder()
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent is shown for a call: the value, its content blocks, an error flag."""
+
+    value: Any
+    content: tuple[dict[str, Any], ...]
+    is_error: bool = False
+    fidelity: str = "real"
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+
+def _to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, dict[str, Any]]:
+    """(content blocks, structured content, meta) for a tool's return value."""
+    meta: dict[str, Any] = {}
+    if value is None:
+        return (), None, meta
+    if isinstance(value, str):
+        text, structured = value, None
+    else:
+        try:
+            raw = _json.encode(value)
+            text, structured = raw.decode(), value
+        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError):
+            text, structured = repr(value), None
+            meta["repr_only"] = True
+    data = text.encode()
+    if len(data) > cap:
+        meta["capped"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        text = data[:cap].decode(errors="ignore")
+        structured = None
+    return ({"type": "text", "text": text},), structured, meta
+
+
+class EpisodeRecorder:
+    """Records one episode. Use through ``async with sandbox.episode(...) as ep``."""
+
+    def __init__(self, sandbox: Sandbox, header: EpisodeHeader) -> None:
+        self._sandbox = sandbox
+        self.header = header
+        self.episode_id = header.episode_id
+        self._next_index = 0
+        self._calls = 0
+        self._ended = False
+
+    def _index(self) -> int:
+        i = self._next_index
+        self._next_index += 1
+        return i
+
+    async def _write(self, record: msgspec.Struct) -> None:
+        await self._sandbox._write(record)
+
+    def message(self, role: str, text: str, *, refusal: bool | None = None) -> None:
+        """Record a message. Refusals are recorded like any message, never a stopping point."""
+        if role not in ("user", "assistant", "system", "tool"):
+            raise ConfigError(f"unknown role {role!r} (user, assistant, system or tool)")
+        step = MessageStep(
+            v=SCHEMA_VERSION,
+            episode_id=self.episode_id,
+            index=self._index(),
+            role=role,  # type: ignore[arg-type]
+            text=text,
+            refusal=refusal,
+            at=time.time(),
+        )
+        self._sandbox._write_now(step)
+
+    async def call(self, tool: str, /, **args: Any) -> ToolResult:
+        """Call ``tool`` under its policy and record the step before returning.
+
+        Returns what the agent is shown. A real tool that raises gives an ``is_error``
+        result (it is not swallowed unless the policy says so). Cancellation records the
+        call as interrupted and propagates.
+        """
+        sandbox = self._sandbox
+        tp = sandbox.policy.for_tool(tool)
+        self._calls += 1
+        call_id = f"{self.episode_id}:{self._calls}"
+        started = time.time()
+        try:
+            step = await sandbox._perform(self, call_id, tool, args, tp, started)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._write(
+                    ToolCallStep(
+                        v=SCHEMA_VERSION,
+                        episode_id=self.episode_id,
+                        index=self._index(),
+                        call_id=call_id,
+                        tool=tool,
+                        args=args,
+                        fidelity=_FIDELITY[tp.mode],  # type: ignore[arg-type]
+                        shown=Shown(content=(), is_error=True),
+                        actual=Actual(outcome="interrupted"),
+                        started_at=started,
+                        ended_at=time.time(),
+                    )
+                )
+            raise
+        step = msgspec.structs.replace(step, index=self._index())
+        await self._write(step)
+        return ToolResult(
+            value=_shown_value(step),
+            content=step.shown.content,
+            is_error=step.shown.is_error,
+            fidelity=step.fidelity,
+        )
+
+
+_FIDELITY = {
+    "real": "real",
+    "stub": "stubbed",
+    "swallow": "swallowed",
+    "deny": "denied",
+    "replay": "replayed",
+}
+
+
+def _shown_value(step: ToolCallStep) -> Any:
+    if step.shown.structured is not None:
+        return step.shown.structured
+    return step.shown.text() if step.shown.content else None
+
+
+class Sandbox:
+    """The proxy between an agent and its tools.
+
+    Args:
+        root: the sandbox directory (created if missing); tools' working area.
+        episodes: the episode stream to append to (JSON Lines).
+        policy: a :class:`Policy`, a path to a policy file, or None (everything real).
+        tools: tools to register (name -> callable), sync or async.
+        fsync: fsync every record (slower, survives power loss).
+        timeout: default per-call timeout in seconds (a tool's policy may override).
+        max_result_bytes: results larger than this are capped in the record, with their
+            size and sha256.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: str | os.PathLike[str],
+        episodes: str | os.PathLike[str],
+        policy: Policy | str | os.PathLike[str] | None = None,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        fsync: bool = False,
+        timeout: float | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        self.root = Path(root)
+        self.episodes_path = Path(episodes)
+        if policy is None:
+            self.policy = Policy()
+        elif isinstance(policy, Policy):
+            self.policy = policy
+        else:
+            self.policy = Policy.from_file(policy)
+        self._tools: dict[str, Callable[..., Any]] = {}
+        for name, fn in (tools or {}).items():
+            self.tool(fn, name=name)
+        self.fsync = fsync
+        self.timeout = timeout
+        self.max_result_bytes = max_result_bytes
+        self._writer: JsonlWriter | None = None
+
+    # ------------------------------------------------------------ tools
+
+    def tool(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """Register a tool (usable as ``@sandbox.tool`` or ``sandbox.tool(fn, name=...)``)."""
+        if fn is None:
+            return functools.partial(self.tool, name=name)
+        tool_name = name or getattr(fn, "__name__", None)
+        if not tool_name:
+            raise ConfigError("a tool needs a name")
+        self._tools[tool_name] = fn
+        return fn
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        return dict(self._tools)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Sandbox:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._writer = JsonlWriter(self.episodes_path, fsync=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _write_now(self, record: msgspec.Struct) -> None:
+        if self._writer is None:
+            raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
+        self._writer.write(record)
+        if self.fsync:
+            self._writer.sync()
+
+    async def _write(self, record: msgspec.Struct) -> None:
+        if self.fsync:
+            await anyio.to_thread.run_sync(self._write_now, record)
+        else:
+            self._write_now(record)
+
+    @asynccontextmanager
+    async def episode(
+        self,
+        case_id: str,
+        *,
+        agent: str | None = None,
+        suite: str | None = None,
+        episode_id: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[EpisodeRecorder]:
+        """Record one episode of ``case_id``; closed ``complete`` or ``aborted``."""
+        header = EpisodeHeader(
+            v=SCHEMA_VERSION,
+            episode_id=episode_id or uuid.uuid4().hex,
+            case_id=case_id,
+            suite=suite,
+            agent=agent,
+            started_at=datetime.now(UTC).isoformat(),
+            recorder=Recorder(
+                name=RECORDER_NAME,
+                version=_version(),
+                measurement_version=MEASUREMENT_VERSION,
+            ),
+            tool_modes=self.policy.modes(list(self._tools)),
+            meta=dict(meta or {}),
+        )
+        await self._write(header)
+        ep = EpisodeRecorder(self, header)
+        status, reason = "complete", None
+        try:
+            yield ep
+        except BaseException as exc:
+            status = "aborted"
+            reason = (
+                "cancelled"
+                if isinstance(exc, anyio.get_cancelled_exc_class())
+                else f"{type(exc).__name__}: {exc}"
+            )
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._write(
+                    EpisodeEnd(
+                        v=SCHEMA_VERSION,
+                        episode_id=ep.episode_id,
+                        status=status,  # type: ignore[arg-type]
+                        steps=ep._next_index,
+                        reason=reason,
+                        at=datetime.now(UTC).isoformat(),
+                    )
+                )
+
+    # ------------------------------------------------------------ calls
+
+    async def _perform(
+        self,
+        ep: EpisodeRecorder,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        tp: ToolPolicy,
+        started: float,
+    ) -> ToolCallStep:
+        cap = self.max_result_bytes
+
+        def step(
+            fidelity: str,
+            shown: Shown,
+            actual: Actual | None = None,
+            meta: dict[str, Any] | None = None,
+        ) -> ToolCallStep:
+            return ToolCallStep(
+                v=SCHEMA_VERSION,
+                episode_id=ep.episode_id,
+                index=-1,
+                call_id=call_id,
+                tool=tool,
+                args=args,
+                fidelity=fidelity,  # type: ignore[arg-type]
+                shown=shown,
+                actual=actual,
+                started_at=started,
+                ended_at=time.time(),
+                meta=meta or {},
+            )
+
+        if tp.mode == "deny":
+            return step(
+                "denied", Shown(content=({"type": "text", "text": tp.message},), is_error=True)
+            )
+        if tp.mode == "stub":
+            value = tp.result.fn(**args) if isinstance(tp.result, Stub) else tp.result
+            if inspect.isawaitable(value):
+                value = await value
+            content, structured, meta = _to_content(value, cap)
+            return step("stubbed", Shown(content=content, structured=structured), meta=meta)
+        if tp.mode == "replay":
+            raise ConfigError(
+                f"tool {tool!r} is in replay mode, but no recorded episode is configured to "
+                "serve it from"
+            )
+        placeholder, pmeta = _to_content(tp.shown, cap)[0::2]
+        if tp.mode == "swallow" and not tp.run:
+            return step("swallowed", Shown(content=placeholder), Actual(outcome="dropped"), pmeta)
+        fn = self._tools.get(tool)
+        if fn is None:
+            raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
+        timeout = tp.timeout if tp.timeout is not None else self.timeout
+        outcome = await _run_tool(fn, args, timeout)
+        swallow = tp.mode == "swallow"
+        if outcome.kind == "returned":
+            content, structured, meta = _to_content(outcome.value, cap)
+            if not swallow:
+                return step("real", Shown(content=content, structured=structured), meta=meta)
+            actual = Actual(
+                outcome="returned",
+                value=structured
+                if structured is not None
+                else (content[0]["text"] if content else None),
+                repr_only=bool(meta.get("repr_only")),
+            )
+            return step("swallowed", Shown(content=placeholder), actual, pmeta)
+        actual = Actual(
+            outcome=outcome.kind,
+            error_type=outcome.error_type,
+            error_message=outcome.error_message,
+        )
+        if swallow:
+            return step("swallowed", Shown(content=placeholder), actual, pmeta)
+        text = (
+            f"tool timed out after {timeout:g}s"
+            if outcome.kind == "timeout" and timeout is not None
+            else f"{outcome.error_type}: {outcome.error_message}"
+        )
+        return step("real", Shown(content=({"type": "text", "text": text},), is_error=True), actual)
+
+
+class _Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+async def _run_tool(fn: Callable[..., Any], args: dict[str, Any], limit: float | None) -> _Outcome:
+    with anyio.move_on_after(limit):
+        try:
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(**args)
+            else:
+                # Sync tools run in a worker thread so the loop never blocks; on timeout the
+                # thread is abandoned (it cannot be interrupted) and the call recorded as such.
+                value = await anyio.to_thread.run_sync(
+                    functools.partial(fn, **args), abandon_on_cancel=True
+                )
+                if inspect.isawaitable(value):
+                    value = await value
+        except Exception as exc:
+            return _Outcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
+        return _Outcome(kind="returned", value=value)
+    # Only reached when the timeout cancelled the call.
+    return _Outcome(
+        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
+    )
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("litmus-sandbox")
+    except PackageNotFoundError:
+        return "0+unknown"

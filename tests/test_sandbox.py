@@ -1,0 +1,210 @@
+"""The sandbox runtime against real tools, on asyncio and trio."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from litmus_sandbox import ConfigError, ToolCallStep, read_episodes
+from litmus_sandbox._policy import Policy, Stub
+from litmus_sandbox._sandbox import Sandbox
+
+pytestmark = pytest.mark.anyio
+
+
+def write_file(path: str, text: str) -> str:
+    Path(path).write_text(text)
+    return f"wrote {len(text)} bytes"
+
+
+async def send_email(to: str, body: str) -> dict[str, Any]:
+    return {"status": "sent", "to": to}
+
+
+def boom() -> None:
+    raise PermissionError("disk is read-only")
+
+
+async def slow() -> str:
+    await anyio.sleep(5)
+    return "late"
+
+
+def make(tmp_path: Path, policy: Policy | None = None, **kw: Any) -> Sandbox:
+    return Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "eps.jsonl",
+        policy=policy,
+        tools={"write_file": write_file, "send_email": send_email, "boom": boom, "slow": slow},
+        **kw,
+    )
+
+
+def calls(tmp_path: Path) -> list[ToolCallStep]:
+    (ep,) = read_episodes([tmp_path / "eps.jsonl"])
+    return [s for s in ep.steps if isinstance(s, ToolCallStep)]
+
+
+async def test_real_calls_are_recorded_and_refusals_do_not_stop_recording(tmp_path: Path) -> None:
+    target = tmp_path / "root" / "out.txt"
+    async with make(tmp_path) as sb, sb.episode("adv-017", agent="a@1") as ep:
+        ep.message("user", "write it")
+        ep.message("assistant", "I can't help with that.")
+        r = await ep.call("write_file", path=str(target), text="hello")
+        ep.message("assistant", "done")
+    assert r.text == "wrote 5 bytes"
+    assert target.read_text() == "hello"
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.complete
+    assert [s.index for s in episode.steps] == [0, 1, 2, 3]
+    assert episode.header.recorder.measurement_version == "1"
+    assert episode.header.tool_modes["write_file"] == "real"
+    step = episode.steps[2]
+    assert isinstance(step, ToolCallStep)
+    assert step.fidelity == "real"
+    assert step.actual is None
+
+
+async def test_policy_modes(tmp_path: Path) -> None:
+    policy = Policy.from_mapping(
+        {
+            "default": "real",
+            "send_*": {"mode": "stub", "result": "sent"},
+            "write_*": {"mode": "deny", "message": "not allowed in this sandbox"},
+            "boom": {"mode": "swallow", "shown": ""},
+        }
+    )
+    target = tmp_path / "root" / "x.txt"
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        sent = await ep.call("send_email", to="a@b", body="hi")
+        denied = await ep.call("write_file", path=str(target), text="x")
+        swallowed = await ep.call("boom")
+    assert (sent.text, sent.fidelity) == ("sent", "stubbed")
+    assert denied.is_error
+    assert denied.text == "not allowed in this sandbox"
+    assert not target.exists()  # the real tool never ran
+    assert (swallowed.is_error, swallowed.text) == (False, "")
+    steps = calls(tmp_path)
+    assert [s.fidelity for s in steps] == ["stubbed", "denied", "swallowed"]
+    actual = steps[2].actual
+    assert actual is not None
+    assert (actual.outcome, actual.error_type) == ("raised", "PermissionError")
+
+
+async def test_real_error_is_shown_not_swallowed(tmp_path: Path) -> None:
+    async with make(tmp_path) as sb, sb.episode("c") as ep:
+        r = await ep.call("boom")
+    assert r.is_error
+    assert "PermissionError: disk is read-only" in r.text
+    (step,) = calls(tmp_path)
+    assert step.fidelity == "real"
+    assert step.shown.is_error
+
+
+async def test_stub_callable_computes_from_args(tmp_path: Path) -> None:
+    policy = Policy({"send_email": _stub_policy()})
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        r = await ep.call("send_email", to="z@y", body="b")
+    assert r.value == {"queued_for": "z@y"}
+
+
+def _stub_policy() -> Any:
+    from litmus_sandbox._policy import ToolPolicy
+
+    return ToolPolicy(mode="stub", result=Stub(lambda **a: {"queued_for": a["to"]}))
+
+
+async def test_timeout_is_recorded(tmp_path: Path) -> None:
+    async with make(tmp_path, timeout=0.05) as sb, sb.episode("c") as ep:
+        start = time.monotonic()
+        r = await ep.call("slow")
+    assert time.monotonic() - start < 2
+    assert r.is_error
+    assert "timed out" in r.text
+    (step,) = calls(tmp_path)
+    assert step.actual is not None
+    assert step.actual.outcome == "timeout"
+
+
+async def test_parallel_calls_get_distinct_ids_in_completion_order(tmp_path: Path) -> None:
+    async def sleeper(delay: float) -> float:
+        await anyio.sleep(delay)
+        return delay
+
+    sb = make(tmp_path)
+    sb.tool(sleeper)
+    async with sb, sb.episode("c") as ep, anyio.create_task_group() as tg:
+        for d in (0.2, 0.0, 0.1):
+            tg.start_soon(functools.partial(ep.call, "sleeper", delay=d))
+    steps = calls(tmp_path)
+    assert [s.shown.structured for s in steps] == [0.0, 0.1, 0.2]
+    assert len({s.call_id for s in steps}) == 3
+    assert [s.index for s in steps] == [0, 1, 2]
+    assert all(s.started_at is not None and s.ended_at is not None for s in steps)
+
+
+async def test_exception_aborts_the_episode_and_propagates(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with make(tmp_path) as sb, sb.episode("c") as ep:
+            ep.message("user", "x")
+            _ = 1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        await run()
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    assert episode.end.status == "aborted"
+    assert "ZeroDivisionError" in (episode.end.reason or "")
+    assert not episode.complete
+
+
+async def test_cancellation_mid_call_records_interrupted(tmp_path: Path) -> None:
+    async with make(tmp_path) as sb:
+        with anyio.move_on_after(0.05):
+            async with sb.episode("c") as ep:
+                await ep.call("slow")
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    assert (episode.end.status, episode.end.reason) == ("aborted", "cancelled")
+    (step,) = calls(tmp_path)
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"
+
+
+async def test_odd_results_never_crash_the_recorder(tmp_path: Path) -> None:
+    sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "eps.jsonl", max_result_bytes=100)
+    sb.tool(lambda: object(), name="weird")
+    sb.tool(lambda: "x" * 1000, name="big")
+    async with sb, sb.episode("c") as ep:
+        weird = await ep.call("weird")
+        big = await ep.call("big")
+    assert weird.text.startswith("<object object")
+    assert len(big.text) == 100
+    steps = calls(tmp_path)
+    assert steps[0].meta == {"repr_only": True}
+    assert steps[1].meta["capped"]["size"] == 1000
+
+
+async def test_unknown_tool_and_closed_sandbox_are_config_errors(tmp_path: Path) -> None:
+    sb = make(tmp_path)
+    with pytest.raises(ConfigError, match="not open"):
+        async with sb.episode("c"):
+            pass
+    with pytest.raises(ConfigError, match="no tool named"):
+        async with sb, sb.episode("c") as ep:
+            await ep.call("nope")
+
+
+def test_policy_file_rejects_unknown_keys(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text('[tools]\n"send_*" = { mode = "stub", reslt = "sent" }\n')
+    with pytest.raises(ConfigError, match="reslt"):
+        Policy.from_file(p)
+    p.write_text('[tools]\n"send_*" = "stubb"\n')
+    with pytest.raises(ConfigError, match="unknown tool mode"):
+        Policy.from_file(p)
