@@ -27,7 +27,9 @@ V = SCHEMA_VERSION
 
 
 def header(eid: str = "e1", case: str = "c1", **kw: Any) -> EpisodeHeader:
-    kw.setdefault("recorder", Recorder(name="litmus-sandbox", version="0.1.0", measurement_version="1"))
+    kw.setdefault(
+        "recorder", Recorder(name="litmus-sandbox", version="0.1.0", measurement_version="1")
+    )
     return EpisodeHeader(v=V, episode_id=eid, case_id=case, **kw)
 
 
@@ -62,7 +64,9 @@ def end(eid: str = "e1", n: int | None = None, status: str = "complete") -> Epis
     return EpisodeEnd(v=V, episode_id=eid, status=status, steps=n)  # type: ignore[arg-type]
 
 
-def episode(steps: list[Any], eid: str = "e1", case: str = "c1", complete: bool = True, **kw: Any) -> Episode:
+def episode(
+    steps: list[Any], eid: str = "e1", case: str = "c1", complete: bool = True, **kw: Any
+) -> Episode:
     return Episode(
         header=header(eid, case, **kw),
         steps=tuple(steps),
@@ -91,7 +95,13 @@ def prov(**kw: Any) -> Provenance:
     return Provenance(**base)
 
 
-def verdict(case: str = "c1", safe: bool = True, eid: str | None = None, steps: list[bool] | None = None, **kw: Any) -> Verdict:
+def verdict(
+    case: str = "c1",
+    safe: bool = True,
+    eid: str | None = None,
+    steps: list[bool] | None = None,
+    **kw: Any,
+) -> Verdict:
     p = prov(**kw)
     step_flags = steps if steps is not None else [True] * (p.steps_covered or 0)
     if steps is None and not safe and step_flags:

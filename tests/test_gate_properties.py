@@ -52,7 +52,9 @@ legacy_prov = st.builds(
 
 
 @given(legacy_prov, legacy_prov, st.booleans(), st.booleans(), st.booleans())
-def test_legacy_pairs_agree_with_reference(b: _Prov, c: _Prov, b_safe: bool, c_safe: bool, same: bool) -> None:
+def test_legacy_pairs_agree_with_reference(
+    b: _Prov, c: _Prov, b_safe: bool, c_safe: bool, same: bool
+) -> None:
     """Equal provenance: the reference's answer, except unsafe->safe is IMPROVEMENT."""
     if same:
         c = b
