@@ -22,6 +22,9 @@ from ._gate import compare_case as compare_case
 from ._gate import gate as gate
 from ._gate import mcnemar_exact_p as mcnemar_exact_p
 from ._gate import step_diff as step_diff
+from ._policy import Policy as Policy
+from ._policy import Stub as Stub
+from ._policy import ToolPolicy as ToolPolicy
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
 from ._records import Actual as Actual
 from ._records import Effects as Effects
@@ -43,7 +46,11 @@ from ._records import Shown as Shown
 from ._records import StepVerdict as StepVerdict
 from ._records import ToolCallStep as ToolCallStep
 from ._records import Verdict as Verdict
+from ._replay import Cassette as Cassette
 from ._rules import RulesJudge as RulesJudge
+from ._sandbox import EpisodeRecorder as EpisodeRecorder
+from ._sandbox import Sandbox as Sandbox
+from ._sandbox import ToolResult as ToolResult
 from ._scorer import ScoreStats as ScoreStats
 from ._scorer import score_episode as score_episode
 from ._scorer import score_episodes as score_episodes
@@ -66,12 +73,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "Actual",
     "CaseResult",
+    "Cassette",
     "ConfigError",
     "Effects",
     "EgressEvent",
     "Episode",
     "EpisodeEnd",
     "EpisodeHeader",
+    "EpisodeRecorder",
     "Finding",
     "FsEffect",
     "GateReport",
@@ -82,6 +91,7 @@ __all__ = [
     "LitmusError",
     "MessageStep",
     "NewerVersionError",
+    "Policy",
     "PolicyRecord",
     "Provenance",
     "PythonJudge",
@@ -93,13 +103,17 @@ __all__ = [
     "RefusalDetector",
     "ReplaySource",
     "RulesJudge",
+    "Sandbox",
     "ScoreStats",
     "ScoringConfig",
     "ScoringPolicy",
     "Shown",
     "StepJudgment",
     "StepVerdict",
+    "Stub",
     "ToolCallStep",
+    "ToolPolicy",
+    "ToolResult",
     "UpstreamError",
     "Verdict",
     "VerdictCache",

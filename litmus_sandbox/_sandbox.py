@@ -21,7 +21,7 @@ import inspect
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,9 +39,11 @@ from ._records import (
     EpisodeHeader,
     MessageStep,
     Recorder,
+    ReplaySource,
     Shown,
     ToolCallStep,
 )
+from ._replay import Cassette
 from ._store import JsonlWriter
 
 RECORDER_NAME = "litmus-sandbox"
@@ -190,6 +192,8 @@ class Sandbox:
         timeout: default per-call timeout in seconds (a tool's policy may override).
         max_result_bytes: results larger than this are capped in the record, with their
             size and sha256.
+        replay: recorded episodes (paths or a :class:`Cassette`) that serve the tools whose
+            policy mode is ``replay``.
     """
 
     def __init__(
@@ -202,6 +206,7 @@ class Sandbox:
         fsync: bool = False,
         timeout: float | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
     ) -> None:
         self.root = Path(root)
         self.episodes_path = Path(episodes)
@@ -218,6 +223,11 @@ class Sandbox:
         self.timeout = timeout
         self.max_result_bytes = max_result_bytes
         self._writer: JsonlWriter | None = None
+        self._cassette = (
+            replay
+            if isinstance(replay, Cassette) or replay is None
+            else Cassette.from_files(replay)
+        )
 
     # ------------------------------------------------------------ tools
 
@@ -357,19 +367,34 @@ class Sandbox:
             content, structured, meta = _to_content(value, cap)
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":
-            raise ConfigError(
-                f"tool {tool!r} is in replay mode, but no recorded episode is configured to "
-                "serve it from"
+            if self._cassette is None:
+                raise ConfigError(
+                    f"tool {tool!r} is in replay mode, but the sandbox has no recorded "
+                    "episodes to serve it from (Sandbox(replay=...))"
+                )
+            hit = self._cassette.take(tool, args)
+            if hit is None:
+                miss = f"no recorded call of {tool!r} matches these arguments"
+                return step(
+                    "replayed",
+                    Shown(content=({"type": "text", "text": miss},), is_error=True),
+                    Actual(outcome="not_run"),
+                    {"replay_miss": True},
+                )
+            source_episode, recorded = hit
+            served = step("replayed", recorded.shown)
+            return msgspec.structs.replace(
+                served, source=ReplaySource(episode_id=source_episode, step=recorded.index)
             )
-        placeholder, pmeta = _to_content(tp.shown, cap)[0::2]
-        if tp.mode == "swallow" and not tp.run:
+        swallow = tp.mode == "swallow"
+        placeholder, pmeta = _to_content(tp.shown, cap)[0::2] if swallow else ((), {})
+        if swallow and not tp.run:
             return step("swallowed", Shown(content=placeholder), Actual(outcome="dropped"), pmeta)
         fn = self._tools.get(tool)
         if fn is None:
             raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
         timeout = tp.timeout if tp.timeout is not None else self.timeout
         outcome = await _run_tool(fn, args, timeout)
-        swallow = tp.mode == "swallow"
         if outcome.kind == "returned":
             content, structured, meta = _to_content(outcome.value, cap)
             if not swallow:
@@ -404,22 +429,28 @@ class _Outcome(msgspec.Struct, frozen=True, kw_only=True):
     error_message: str | None = None
 
 
+async def _invoke(fn: Callable[..., Any], args: dict[str, Any]) -> _Outcome:
+    try:
+        if inspect.iscoroutinefunction(fn):
+            value = await fn(**args)
+        else:
+            # Sync tools run in a worker thread so the loop never blocks; on timeout the
+            # thread is abandoned (it cannot be interrupted) and the call recorded as such.
+            value = await anyio.to_thread.run_sync(
+                functools.partial(fn, **args), abandon_on_cancel=True
+            )
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as exc:
+        return _Outcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
+    return _Outcome(kind="returned", value=value)
+
+
 async def _run_tool(fn: Callable[..., Any], args: dict[str, Any], limit: float | None) -> _Outcome:
+    if limit is None:
+        return await _invoke(fn, args)  # no cancel scope on the hot path when unbounded
     with anyio.move_on_after(limit):
-        try:
-            if inspect.iscoroutinefunction(fn):
-                value = await fn(**args)
-            else:
-                # Sync tools run in a worker thread so the loop never blocks; on timeout the
-                # thread is abandoned (it cannot be interrupted) and the call recorded as such.
-                value = await anyio.to_thread.run_sync(
-                    functools.partial(fn, **args), abandon_on_cancel=True
-                )
-                if inspect.isawaitable(value):
-                    value = await value
-        except Exception as exc:
-            return _Outcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
-        return _Outcome(kind="returned", value=value)
+        return await _invoke(fn, args)
     # Only reached when the timeout cancelled the call.
     return _Outcome(
         kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"

@@ -208,3 +208,32 @@ def test_policy_file_rejects_unknown_keys(tmp_path: Path) -> None:
     p.write_text('[tools]\n"send_*" = "stubb"\n')
     with pytest.raises(ConfigError, match="unknown tool mode"):
         Policy.from_file(p)
+
+
+async def test_replay_serves_recorded_results_once_each(tmp_path: Path) -> None:
+    async with make(tmp_path) as sb, sb.episode("c", episode_id="rec-1") as ep:
+        await ep.call("send_email", to="a", body="1")
+        await ep.call("send_email", body="1", to="a")
+    policy = Policy({"send_email": "replay"})
+    sb2 = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "replayed.jsonl",
+        policy=policy,
+        replay=[tmp_path / "eps.jsonl"],
+    )
+    async with sb2, sb2.episode("c") as ep:
+        first = await ep.call("send_email", body="1", to="a")  # key order is irrelevant
+        second = await ep.call("send_email", to="a", body="1")
+        third = await ep.call("send_email", to="a", body="1")
+    assert first.value == {"status": "sent", "to": "a"}
+    assert first.fidelity == "replayed"
+    assert not second.is_error
+    assert third.is_error  # the recording had two such calls, not three
+    (episode,) = read_episodes([tmp_path / "replayed.jsonl"])
+    steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
+    assert [(s.source.episode_id, s.source.step) if s.source else None for s in steps] == [
+        ("rec-1", 0),
+        ("rec-1", 1),
+        None,
+    ]
+    assert episode.header.tool_modes["send_email"] == "replay"
