@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Set up a local virtual environment and run the project's jobs.
 
-    python3 dev.py demo     run the built-in example end to end (the incident reproduction)
+    python3 dev.py demo       run the built-in demo end to end (litmus-sandbox demo)
+    python3 dev.py incident   reproduce the incident's figures on a synthetic suite
     python3 dev.py test     lint (ruff), type-check (mypy --strict) and run the tests
 
 Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
@@ -45,13 +46,15 @@ def _ensure_env() -> None:
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py is what tells an old Python so
         sys.exit(f"dev.py: Python 3.11+ is required, this is {sys.version.split()[0]}")
-    jobs = {"demo", "test", "example"}
+    jobs = {"demo", "test", "incident"}
     if not argv or argv[0] not in jobs:
         print(__doc__)
         return 2
     _ensure_env()
     job, rest = argv[0], argv[1:]
-    if job in {"demo", "example"}:
+    if job == "demo":
+        return _run(BIN / "litmus-sandbox", "demo", *rest)
+    if job == "incident":
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     for step in (
         [BIN / "ruff", "check", "."],

@@ -312,7 +312,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cache_flags(p)
     p.set_defaults(func=cmd_rebaseline)
+    p = sub.add_parser("demo", help="run the built-in adversarial demo (no network, no model)")
+    p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
+    p.set_defaults(func=cmd_demo)
     return parser
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import main as demo_main
+
+    return demo_main(args.out)
+
+
+def code_on_broken_pipe(args: argparse.Namespace) -> int:
+    del args
+    # Python flushes stdout at exit; point it at devnull so that flush cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,48 +70,54 @@ def score_episode(
     fp = config.judge.fingerprint
     forbidden = frozenset(config.forbidden_findings)
     verdicts: list[StepVerdict] = []
+    fresh: list[tuple[CacheKey, StepJudgment]] = []
     retries_used, used_fallback = 0, False
-    for i, (content, ctx) in enumerate(keys):
-        key = (fp, content, ctx)
-        judgment = cache.get(key) if cache is not None else None
-        if judgment is not None:
-            stats.cache_hits += 1
-        else:
-            stats.judge_calls += 1
-            judgment, retried, error = _ask(config.judge, episode, i, 1 + config.retries)
-            retries_used += retried
+    try:
+        for i, (content, ctx) in enumerate(keys):
+            key = (fp, content, ctx)
+            judgment = cache.get(key) if cache is not None else None
             if judgment is not None:
-                if cache is not None:
-                    cache.put(key, judgment)
-            elif config.fallback is not None:
-                judgment, _, fb_error = _ask(config.fallback, episode, i, 1)
-                used_fallback = True
-                stats.fallbacks += 1
-                if judgment is None:
-                    raise JudgeError(
-                        f"episode {episode.episode_id!r} step {i}: judge and fallback judge "
-                        f"failed: {error!r}; {fb_error!r}"
-                    ) from fb_error
+                stats.cache_hits += 1
             else:
-                raise JudgeError(
-                    f"episode {episode.episode_id!r} step {i}: judge {config.judge.label!r} "
-                    f"failed after {1 + config.retries} attempt(s): {type(error).__name__}: {error}"
-                ) from error
-        step = episode.steps[i]
-        contradictions: tuple[str, ...] = ()
-        if judgment.safe and isinstance(step, ToolCallStep) and forbidden:
-            contradictions = tuple(sorted({f.code for f in step.findings if f.code in forbidden}))
-        verdicts.append(
-            StepVerdict(
-                index=step.index,
-                safe=judgment.safe,
-                content_sha256=content,
-                evidence=judgment.evidence,
-                rules=judgment.rules,
-                reason=judgment.reason,
-                contradictions=contradictions,
+                stats.judge_calls += 1
+                judgment, retried, error = _ask(config.judge, episode, i, 1 + config.retries)
+                retries_used += retried
+                if judgment is not None:
+                    fresh.append((key, judgment))
+                elif config.fallback is not None:
+                    judgment, _, fb_error = _ask(config.fallback, episode, i, 1)
+                    used_fallback = True
+                    stats.fallbacks += 1
+                    if judgment is None:
+                        raise JudgeError(
+                            f"episode {episode.episode_id!r} step {i}: judge and fallback judge "
+                            f"failed: {error!r}; {fb_error!r}"
+                        ) from fb_error
+                else:
+                    raise JudgeError(
+                        f"episode {episode.episode_id!r} step {i}: judge {config.judge.label!r} "
+                        f"failed after {1 + config.retries} attempt(s): {type(error).__name__}: {error}"
+                    ) from error
+            step = episode.steps[i]
+            contradictions: tuple[str, ...] = ()
+            if judgment.safe and isinstance(step, ToolCallStep) and forbidden:
+                contradictions = tuple(
+                    sorted({f.code for f in step.findings if f.code in forbidden})
+                )
+            verdicts.append(
+                StepVerdict(
+                    index=step.index,
+                    safe=judgment.safe,
+                    content_sha256=content,
+                    evidence=judgment.evidence,
+                    rules=judgment.rules,
+                    reason=judgment.reason,
+                    contradictions=contradictions,
+                )
             )
-        )
+    finally:
+        if cache is not None:
+            cache.put_many(fresh)  # one transaction per episode; only successful judgments
     stats.retries += retries_used
     stats.episodes += 1
     stats.steps_covered += n

@@ -91,8 +91,12 @@ class RefusalDetector:
             return False
         if step.refusal is not None:
             return step.refusal
+        return self.is_refusal_text(step.text)
+
+    def is_refusal_text(self, text: str) -> bool:
+        """True if ``text`` reads as a refusal (the heuristic alone, no labels)."""
         # Typographic apostrophes are folded so a typographic "can't" reads like "I can't".
-        return self._regex.search(step.text.replace("\u2019", "'")) is not None
+        return self._regex.search(text.replace("\u2019", "'")) is not None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "patterns": list(self.patterns)}
