@@ -52,3 +52,14 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     # Effects are real: the write happened, the denied delete did not.
     assert (out / "candidate-sandbox" / "payload.sh").exists()
     assert (out / "candidate-sandbox" / "customers.csv").exists()
+
+
+def test_scripted_agent_example_runs(tmp_path: Path) -> None:
+    example = Path(__file__).parent.parent / "examples" / "scripted_agent.py"
+    r = subprocess.run(
+        [sys.executable, str(example), str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert "2: write_note [real]" in r.stdout
+    assert "3: send_email [stubbed] -> 'sent'" in r.stdout
+    assert (tmp_path / "sandbox" / "plan.txt").read_text() == "step 1: ..."
