@@ -237,3 +237,37 @@ async def test_replay_serves_recorded_results_once_each(tmp_path: Path) -> None:
         None,
     ]
     assert episode.header.tool_modes["send_email"] == "replay"
+
+
+async def test_fsync_mode_records_the_same(tmp_path: Path) -> None:
+    async with make(tmp_path, fsync=True) as sb, sb.episode("c") as ep:
+        ep.message("user", "x")
+        r = await ep.call("send_email", to="a", body="b")
+    assert r.value == {"status": "sent", "to": "a"}
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.complete
+    assert len(episode.steps) == 2
+
+
+async def test_swallow_can_drop_the_call(tmp_path: Path) -> None:
+    target = tmp_path / "root" / "never.txt"
+    policy = Policy({"write_file": {"mode": "swallow", "run": False, "shown": "ok"}})
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        r = await ep.call("write_file", path=str(target), text="x")
+    assert r.text == "ok"
+    assert not target.exists()
+    (step,) = calls(tmp_path)
+    assert step.fidelity == "swallowed"
+    assert step.actual is not None
+    assert step.actual.outcome == "dropped"
+
+
+async def test_swallow_keeps_the_real_return_value(tmp_path: Path) -> None:
+    policy = Policy({"send_email": {"mode": "swallow"}})
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        r = await ep.call("send_email", to="a", body="b")
+    assert r.text == ""
+    (step,) = calls(tmp_path)
+    assert step.shown.is_empty()
+    assert step.actual is not None
+    assert (step.actual.outcome, step.actual.value) == ("returned", {"status": "sent", "to": "a"})
