@@ -37,7 +37,6 @@ import importlib.util
 import inspect
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from typing import Any
 import msgspec
 
 from ._errors import ConfigError
+from ._policy_file import read_policy_file
 from ._records import SCHEMA_VERSION, PolicyRecord, Step
 from ._rules import RulesJudge
 from ._scoring import Judge, RefusalDetector, ScoringPolicy, StepJudgment, fingerprint
@@ -311,13 +311,7 @@ def load_policy(path: str | os.PathLike[str]) -> ScoringConfig:
         ConfigError: the file is missing, not TOML, or not a valid policy.
     """
     p = os.fspath(path)
-    try:
-        with open(p, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    data = read_policy_file(p)
     return config_from_mapping(data, source=p, base_dir=str(Path(p).resolve().parent))
 
 

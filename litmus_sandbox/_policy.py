@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from ._errors import ConfigError
+from ._policy_file import read_policy_file
 from ._records import TOOL_MODES
 
 DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
@@ -109,14 +109,7 @@ class Policy:
             ConfigError: unreadable file, bad TOML, unknown keys or modes.
         """
         p = os.fspath(path)
-        try:
-            with open(p, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: not valid TOML: {exc}") from None
-        tools = data.get("tools", {})
+        tools = read_policy_file(p).get("tools", {})
         if not isinstance(tools, dict):
             raise ConfigError(f"{p}: [tools] must be a table")
         return cls.from_mapping(tools, source=p)

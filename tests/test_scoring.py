@@ -269,3 +269,14 @@ def test_policy_record_rebuilds_the_same_config() -> None:
     assert again.judge.fingerprint == cfg.judge.fingerprint
     assert again.detector.fingerprint == cfg.detector.fingerprint
     assert again.policy == cfg.policy
+
+
+def test_policy_file_unknown_table_is_rejected(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text('[tool]\ndefault = "real"\n')
+    with pytest.raises(ConfigError, match="unknown table"):
+        load_policy(p)
+    from litmus_sandbox import Policy
+
+    with pytest.raises(ConfigError, match="unknown table"):
+        Policy.from_file(p)
