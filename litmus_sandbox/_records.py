@@ -68,6 +68,8 @@ class EpisodeHeader(msgspec.Struct, frozen=True, kw_only=True, tag="episode", ta
     started_at: str | None = None
     recorder: Recorder = Recorder()
     tool_modes: dict[str, str] = {}
+    #: What each side-effect probe watched and how (e.g. egress "strict" or "proxy-env").
+    oracles: dict[str, Any] = {}
     meta: dict[str, Any] = {}
 
 
@@ -219,6 +221,9 @@ class EpisodeEnd(msgspec.Struct, frozen=True, kw_only=True, tag="end", tag_field
     steps: int | None = None
     reason: str | None = None
     at: str | None = None
+    #: Effects that no call explains (seen by the end-of-episode verification pass).
+    unattributed: Effects = Effects()
+    findings: tuple[Finding, ...] = ()
 
 
 class Episode(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,1 @@
+"""Side-effect oracles: filesystem, network egress and state probes, and findings."""
