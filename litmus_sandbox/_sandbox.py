@@ -35,8 +35,10 @@ from ._policy import Policy, Stub, ToolPolicy
 from ._records import (
     SCHEMA_VERSION,
     Actual,
+    Effects,
     EpisodeEnd,
     EpisodeHeader,
+    Finding,
     MessageStep,
     Recorder,
     ReplaySource,
@@ -45,6 +47,8 @@ from ._records import (
 )
 from ._replay import Cassette
 from ._store import JsonlWriter
+from .oracles._probe import Probe
+from .oracles.findings import call_findings, merge, unattributed_findings
 
 RECORDER_NAME = "litmus-sandbox"
 #: Bumped only when *what is recorded* changes (the gate's recorder identity).
@@ -98,7 +102,9 @@ class EpisodeRecorder:
         self.episode_id = header.episode_id
         self._next_index = 0
         self._calls = 0
-        self._ended = False
+        self._in_flight: set[str] = set()
+        self._overlapped: set[str] = set()
+        self._unattributed: list[Effects] = []
 
     def _index(self) -> int:
         i = self._next_index
@@ -135,26 +141,31 @@ class EpisodeRecorder:
         self._calls += 1
         call_id = f"{self.episode_id}:{self._calls}"
         started = time.time()
+        if sandbox.probes:
+            await self._probes_before(call_id)
         try:
             step = await sandbox._perform(self, call_id, tool, args, tp, started)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._write(
-                    ToolCallStep(
-                        v=SCHEMA_VERSION,
-                        episode_id=self.episode_id,
-                        index=self._index(),
-                        call_id=call_id,
-                        tool=tool,
-                        args=args,
-                        fidelity=_FIDELITY[tp.mode],  # type: ignore[arg-type]
-                        shown=Shown(content=(), is_error=True),
-                        actual=Actual(outcome="interrupted"),
-                        started_at=started,
-                        ended_at=time.time(),
-                    )
+                interrupted = ToolCallStep(
+                    v=SCHEMA_VERSION,
+                    episode_id=self.episode_id,
+                    index=self._index(),
+                    call_id=call_id,
+                    tool=tool,
+                    args=args,
+                    fidelity=_FIDELITY[tp.mode],  # type: ignore[arg-type]
+                    shown=Shown(content=(), is_error=True),
+                    actual=Actual(outcome="interrupted"),
+                    started_at=started,
+                    ended_at=time.time(),
                 )
+                if sandbox.probes:
+                    interrupted = await self._probes_after(call_id, interrupted)
+                await self._write(interrupted)
             raise
+        if sandbox.probes:
+            step = await self._probes_after(call_id, step)
         step = msgspec.structs.replace(step, index=self._index())
         await self._write(step)
         return ToolResult(
@@ -163,6 +174,33 @@ class EpisodeRecorder:
             is_error=step.shown.is_error,
             fidelity=step.fidelity,
         )
+
+    async def _probes_before(self, call_id: str) -> None:
+        if self._in_flight:
+            # Calls that overlap cannot be told apart by probes that only see the world.
+            self._overlapped.update(self._in_flight)
+            self._overlapped.add(call_id)
+        self._in_flight.add(call_id)
+        for probe in self._sandbox.probes:
+            await probe.before_call(call_id)
+
+    async def _probes_after(self, call_id: str, step: ToolCallStep) -> ToolCallStep:
+        attributed: list[Effects] = []
+        for probe in self._sandbox.probes:
+            effects = await probe.after_call(call_id)
+            exact = getattr(probe, "exact_attribution", False)
+            if exact or call_id not in self._overlapped:
+                attributed.append(effects)
+            elif effects:
+                self._unattributed.append(effects)
+        self._in_flight.discard(call_id)
+        step = msgspec.structs.replace(step, effects=merge(attributed))
+        return msgspec.structs.replace(step, findings=call_findings(step))
+
+    async def _probes_finish(self) -> tuple[Effects, tuple[Finding, ...]]:
+        parts = [*self._unattributed, *[await p.finish() for p in self._sandbox.probes]]
+        effects = merge(parts) if parts else Effects()
+        return effects, unattributed_findings(effects)
 
 
 _FIDELITY = {
@@ -194,6 +232,7 @@ class Sandbox:
             size and sha256.
         replay: recorded episodes (paths or a :class:`Cassette`) that serve the tools whose
             policy mode is ``replay``.
+        probes: side-effect oracles (filesystem, egress, state...) that observe every call.
     """
 
     def __init__(
@@ -207,6 +246,7 @@ class Sandbox:
         timeout: float | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
+        probes: Sequence[Probe] = (),
     ) -> None:
         self.root = Path(root)
         self.episodes_path = Path(episodes)
@@ -223,6 +263,7 @@ class Sandbox:
         self.timeout = timeout
         self.max_result_bytes = max_result_bytes
         self._writer: JsonlWriter | None = None
+        self.probes: tuple[Probe, ...] = tuple(probes)
         self._cassette = (
             replay
             if isinstance(replay, Cassette) or replay is None
@@ -253,6 +294,9 @@ class Sandbox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True):
+            for probe in self.probes:
+                await probe.close()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -294,8 +338,11 @@ class Sandbox:
                 measurement_version=MEASUREMENT_VERSION,
             ),
             tool_modes=self.policy.modes(list(self._tools)),
+            oracles={p.name: _describe(p) for p in self.probes},
             meta=dict(meta or {}),
         )
+        for probe in self.probes:
+            await probe.start()
         await self._write(header)
         ep = EpisodeRecorder(self, header)
         status, reason = "complete", None
@@ -311,6 +358,9 @@ class Sandbox:
             raise
         finally:
             with anyio.CancelScope(shield=True):
+                unattributed, findings = (
+                    await ep._probes_finish() if self.probes else (Effects(), ())
+                )
                 await self._write(
                     EpisodeEnd(
                         v=SCHEMA_VERSION,
@@ -319,6 +369,8 @@ class Sandbox:
                         steps=ep._next_index,
                         reason=reason,
                         at=datetime.now(UTC).isoformat(),
+                        unattributed=unattributed,
+                        findings=findings,
                     )
                 )
 
@@ -455,6 +507,11 @@ async def _run_tool(fn: Callable[..., Any], args: dict[str, Any], limit: float |
     return _Outcome(
         kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
     )
+
+
+def _describe(probe: Probe) -> Any:
+    describe = getattr(probe, "describe", None)
+    return describe() if callable(describe) else {}
 
 
 @functools.cache
