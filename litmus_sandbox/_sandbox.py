@@ -21,7 +21,7 @@ import inspect
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +49,9 @@ from ._replay import Cassette
 from ._store import JsonlWriter
 from .oracles._probe import Probe
 from .oracles.findings import call_findings, merge, unattributed_findings
+
+#: Runs a call for real on behalf of an adapter: ``await runner(tool, args)``.
+Runner = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 RECORDER_NAME = "litmus-sandbox"
 #: Bumped only when *what is recorded* changes (the gate's recorder identity).
@@ -136,6 +139,19 @@ class EpisodeRecorder:
         result (it is not swallowed unless the policy says so). Cancellation records the
         call as interrupted and propagates.
         """
+        return await self._call(tool, args, None)
+
+    async def call_with(self, runner: Runner, tool: str, args: Mapping[str, Any]) -> ToolResult:
+        """Like :meth:`call`, but a call that runs for real runs ``await runner(tool, args)``.
+
+        Adapters use this to forward calls to a tool server they front. The runner may
+        return a :class:`Shown` to say exactly what the agent sees (content blocks, error
+        flag, structured content); any other value is converted like a tool's return value.
+        An exception from the runner is recorded and shown as an error, like a tool's.
+        """
+        return await self._call(tool, dict(args), runner)
+
+    async def _call(self, tool: str, args: dict[str, Any], runner: Runner | None) -> ToolResult:
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
         self._calls += 1
@@ -144,7 +160,7 @@ class EpisodeRecorder:
         if sandbox.probes:
             await self._probes_before(call_id)
         try:
-            step = await sandbox._perform(self, call_id, tool, args, tp, started)
+            step = await sandbox._perform(self, call_id, tool, args, tp, started, runner)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 interrupted = ToolCallStep(
@@ -384,6 +400,7 @@ class Sandbox:
         args: dict[str, Any],
         tp: ToolPolicy,
         started: float,
+        runner: Runner | None = None,
     ) -> ToolCallStep:
         cap = self.max_result_bytes
 
@@ -442,13 +459,25 @@ class Sandbox:
         placeholder, pmeta = _to_content(tp.shown, cap)[0::2] if swallow else ((), {})
         if swallow and not tp.run:
             return step("swallowed", Shown(content=placeholder), Actual(outcome="dropped"), pmeta)
-        fn = self._tools.get(tool)
+        fn: Callable[..., Any] | None
+        if runner is not None:
+
+            async def fn(**a: Any) -> Any:
+                return await runner(tool, a)
+
+        else:
+            fn = self._tools.get(tool)
         if fn is None:
             raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
         timeout = tp.timeout if tp.timeout is not None else self.timeout
         outcome = await _run_tool(fn, args, timeout)
         if outcome.kind == "returned":
-            content, structured, meta = _to_content(outcome.value, cap)
+            if isinstance(outcome.value, Shown):
+                content, structured, meta = outcome.value.content, outcome.value.structured, {}
+                if not swallow:
+                    return step("real", outcome.value)
+            else:
+                content, structured, meta = _to_content(outcome.value, cap)
             if not swallow:
                 return step("real", Shown(content=content, structured=structured), meta=meta)
             actual = Actual(

@@ -271,3 +271,26 @@ async def test_swallow_keeps_the_real_return_value(tmp_path: Path) -> None:
     assert step.shown.is_empty()
     assert step.actual is not None
     assert (step.actual.outcome, step.actual.value) == ("returned", {"status": "sent", "to": "a"})
+
+
+async def test_call_with_runner_records_what_the_runner_shows(tmp_path: Path) -> None:
+    from litmus_sandbox import Shown
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def upstream(tool: str, args: dict[str, Any]) -> Shown:
+        seen.append((tool, args))
+        if tool == "broken":
+            raise ConnectionError("upstream went away")
+        return Shown(content=({"type": "text", "text": "no such file"},), is_error=True)
+
+    policy = Policy({"write_*": "stub"})
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        r = await ep.call_with(upstream, "read_file", {"path": "/etc/x"})
+        stubbed = await ep.call_with(upstream, "write_file", {"path": "y"})
+        broken = await ep.call_with(upstream, "broken", {})
+    assert (r.is_error, r.text, r.fidelity) == (True, "no such file", "real")
+    assert stubbed.fidelity == "stubbed"
+    assert broken.is_error
+    assert "ConnectionError: upstream went away" in broken.text
+    assert seen == [("read_file", {"path": "/etc/x"}), ("broken", {})]  # the stub never ran
