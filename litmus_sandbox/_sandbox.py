@@ -19,15 +19,18 @@ import functools
 import hashlib
 import inspect
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import msgspec
 
 from ._errors import ConfigError
@@ -48,6 +51,7 @@ from ._records import (
 from ._replay import Cassette
 from ._store import JsonlWriter
 from .oracles._probe import Probe
+from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
 from .oracles.findings import call_findings, merge, unattributed_findings
 
 #: Runs a call for real on behalf of an adapter: ``await runner(tool, args)``.
@@ -151,6 +155,30 @@ class EpisodeRecorder:
         """
         return await self._call(tool, dict(args), runner)
 
+    async def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        name: str = "run",
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ToolResult:
+        """Run a subprocess tool in the sandbox root, recorded as a ``name`` tool call.
+
+        The process gets the egress proxy (in strict mode, an empty network namespace
+        whose only way out is the proxy; otherwise the proxy variables). The agent is shown
+        its stdout (and stderr), ``is_error`` when it exits non-zero; the step records the
+        exit code, output sizes and hashes, and the effects the probes saw.
+        """
+        args: dict[str, Any] = {"cmd": list(cmd)}
+        if input is not None:
+            args["input_sha256"] = hashlib.sha256(input).hexdigest()
+        return await self.call_with(
+            functools.partial(self._sandbox._run_process, cmd=list(cmd), input=input, env=env),
+            name,
+            args,
+        )
+
     async def _call(self, tool: str, args: dict[str, Any], runner: Runner | None) -> ToolResult:
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
@@ -249,6 +277,13 @@ class Sandbox:
         replay: recorded episodes (paths or a :class:`Cassette`) that serve the tools whose
             policy mode is ``replay``.
         probes: side-effect oracles (filesystem, egress, state...) that observe every call.
+        egress: an egress policy (or the ``[egress]`` table as a mapping): adds an
+            :class:`EgressProbe`, whose transport ``http_client()`` hands out, and a
+            loopback forward proxy for the subprocess tools of ``ep.run``.
+        strict_egress: run subprocess tools in their own network namespace whose only way
+            out is the proxy: ``True`` requires it, ``False`` uses proxy variables only,
+            ``None`` (default) uses it where this machine allows and says which in the
+            episode header.
     """
 
     def __init__(
@@ -263,6 +298,8 @@ class Sandbox:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
         probes: Sequence[Probe] = (),
+        egress: EgressPolicy | Mapping[str, Any] | None = None,
+        strict_egress: bool | None = None,
     ) -> None:
         self.root = Path(root)
         self.episodes_path = Path(episodes)
@@ -279,6 +316,19 @@ class Sandbox:
         self.timeout = timeout
         self.max_result_bytes = max_result_bytes
         self._writer: JsonlWriter | None = None
+        self.egress: EgressProbe | None = None
+        if egress is not None:
+            ep_policy = (
+                egress
+                if isinstance(egress, EgressPolicy)
+                else EgressPolicy.from_mapping(egress, source="egress")
+            )
+            self.egress = EgressProbe(ep_policy)
+            probes = [*probes, self.egress]
+        self.strict_egress = strict_egress
+        self.egress_mode: dict[str, Any] = {}
+        self._proxy: ForwardProxy | None = None
+        self._stack: AsyncExitStack | None = None
         self.probes: tuple[Probe, ...] = tuple(probes)
         self._cassette = (
             replay
@@ -302,17 +352,52 @@ class Sandbox:
     def tools(self) -> dict[str, Callable[..., Any]]:
         return dict(self._tools)
 
+    def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An httpx client whose every request is recorded and decided by the egress policy.
+
+        Raises:
+            ConfigError: the sandbox has no egress policy (``Sandbox(egress=...)``).
+        """
+        if self.egress is None:
+            raise ConfigError("http_client() needs an egress policy: Sandbox(egress=...)")
+        return self.egress.client(**kwargs)
+
     # ------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Sandbox:
         self.root.mkdir(parents=True, exist_ok=True)
         self._writer = JsonlWriter(self.episodes_path, fsync=False)
+        self._stack = AsyncExitStack()
+        if self.egress is not None:
+            await self._start_proxy(self._stack, self.egress)
         return self
+
+    async def _start_proxy(self, stack: AsyncExitStack, probe: EgressProbe) -> None:
+        strict_ok, why = (False, "disabled (strict_egress=False)")
+        if self.strict_egress is not False:
+            strict_ok, why = await anyio.to_thread.run_sync(strict_available)
+            if self.strict_egress and not strict_ok:
+                raise ConfigError(f"strict egress mode was required but is unavailable: {why}")
+        sock_dir = await anyio.to_thread.run_sync(
+            functools.partial(tempfile.mkdtemp, prefix="litmus-egress-")
+        )
+        stack.callback(shutil.rmtree, sock_dir, True)
+        self._proxy = await stack.enter_async_context(
+            ForwardProxy(probe.policy, probe.sink, unix_path=os.path.join(sock_dir, "proxy.sock"))
+        )
+        self.egress_mode = (
+            {"mode": "strict"} if strict_ok else {"mode": "proxy-env", "strict_unavailable": why}
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
             for probe in self.probes:
                 await probe.close()
+        # Not under the shield: the proxy's task group was entered before it, and cancel
+        # scopes must exit in the order they were entered.
+        if self._stack is not None:
+            stack, self._stack, self._proxy = self._stack, None, None
+            await stack.aclose()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -354,7 +439,7 @@ class Sandbox:
                 measurement_version=MEASUREMENT_VERSION,
             ),
             tool_modes=self.policy.modes(list(self._tools)),
-            oracles={p.name: _describe(p) for p in self.probes},
+            oracles={p.name: _describe(p, self) for p in self.probes},
             meta=dict(meta or {}),
         )
         for probe in self.probes:
@@ -391,6 +476,48 @@ class Sandbox:
                 )
 
     # ------------------------------------------------------------ calls
+
+    async def _run_process(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        cmd: list[str],
+        input: bytes | None,
+        env: Mapping[str, str] | None,
+    ) -> Shown:
+        del tool, args
+        if not cmd:
+            raise ConfigError("run() needs a command")
+        full_env = dict(os.environ if env is None else env)
+        proxy = self._proxy
+        if proxy is not None and self.egress_mode.get("mode") == "strict":
+            done = await run_strict(cmd, proxy=proxy, cwd=self.root, env=full_env, input=input)
+        else:
+            if proxy is not None:
+                full_env.update(proxy.env())
+            done = await anyio.run_process(
+                cmd, input=input, cwd=self.root, env=full_env, check=False
+            )
+        out, err = done.stdout or b"", done.stderr or b""
+        content: list[dict[str, Any]] = []
+        if out:
+            content.append({"type": "text", "text": _capped_text(out, self.max_result_bytes)})
+        if err:
+            content.append(
+                {"type": "text", "text": "stderr: " + _capped_text(err, self.max_result_bytes)}
+            )
+        return Shown(
+            content=tuple(content),
+            is_error=done.returncode != 0,
+            structured={
+                "exit_code": done.returncode,
+                "stdout_bytes": len(out),
+                "stderr_bytes": len(err),
+                "stdout_sha256": hashlib.sha256(out).hexdigest(),
+                "stderr_sha256": hashlib.sha256(err).hexdigest(),
+            },
+        )
 
     async def _perform(
         self,
@@ -538,9 +665,16 @@ async def _run_tool(fn: Callable[..., Any], args: dict[str, Any], limit: float |
     )
 
 
-def _describe(probe: Probe) -> Any:
+def _capped_text(data: bytes, cap: int) -> str:
+    return data[:cap].decode(errors="replace")
+
+
+def _describe(probe: Probe, sandbox: Sandbox) -> Any:
     describe = getattr(probe, "describe", None)
-    return describe() if callable(describe) else {}
+    out = describe() if callable(describe) else {}
+    if probe is sandbox.egress and isinstance(out, dict):
+        out = {**out, **sandbox.egress_mode}
+    return out
 
 
 @functools.cache

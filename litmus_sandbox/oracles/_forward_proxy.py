@@ -1,0 +1,961 @@
+"""A loopback forward proxy that records subprocess tools' egress and applies the policy.
+
+Theory of operation
+-------------------
+Tools started as subprocesses are pointed at the proxy by the variables of
+:func:`proxy_env`. Each client connection carries either
+
+* plain HTTP requests in absolute form (``GET http://host:port/path HTTP/1.1``): each is
+  decided by the :class:`~.egress.EgressPolicy`, recorded as a flow, and forwarded
+  (HTTP/1.1; ``Content-Length``, chunked and close-delimited bodies relayed as they
+  arrive, never buffered whole). Client and upstream connections are kept alive when the
+  message framing allows, one upstream connection per client connection; or
+* one ``CONNECT host:port`` tunnel: decided by the CONNECT target, recorded with the
+  server name read from the TLS ClientHello's SNI extension (parsed from the first bytes,
+  never decrypted), then relayed both ways and counted until both sides close.
+
+Denied hosts get a 403 and a flow with decision ``deny``, and nothing is connected. A
+``stub`` answers plain HTTP with the configured response; a tunnel cannot be stubbed
+without decrypting it, so a CONNECT to a stubbed host is refused like a denied one and
+recorded as ``deny``. Bytes counted are message payload bytes (after de-chunking) for
+HTTP, and relayed bytes each way for tunnels.
+
+When the proxy also listens on a Unix socket (strict mode), connections there may post
+``/.litmus/blocked`` reports from the in-namespace bridge: destinations a tool tried to
+reach directly, recorded with decision ``blocked``.
+
+The parsing helpers (request/response heads, framing, SNI) are pure functions over
+bytes; only :class:`ForwardProxy` does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable
+from contextlib import suppress
+from http import HTTPStatus
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+import anyio
+import msgspec
+from anyio.abc import ByteSendStream, ByteStream, SocketAttribute, TaskGroup, TaskStatus
+from anyio.streams.buffered import BufferedByteStream
+
+from .._errors import UpstreamError
+from .egress import EgressFlow, EgressPolicy, EgressSink, denied_body, normalize_host
+
+_log = logging.getLogger("litmus_sandbox.egress")
+
+MAX_HEAD = 64 * 1024
+CHUNK = 64 * 1024
+#: Origin-form path of the bridge's reports (never valid in forward-proxy traffic).
+REPORT_PATH = "/.litmus/blocked"
+# Hop-by-hop fields (RFC 9110 7.6.1) the proxy consumes rather than forwards. Bodies are
+# relayed with their own framing, so Transfer-Encoding and Content-Length pass through.
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"upgrade",
+        b"expect",
+    }
+)
+_RESPONSE_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
+_CLOSED = (
+    anyio.EndOfStream,
+    anyio.IncompleteRead,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+# ---------------------------------------------------------------- pure parsing
+
+
+class BadMessage(Exception):
+    """A message the proxy cannot relay; ``status`` is the response the client gets."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _Abort(Exception):
+    """Stop relaying and close the client connection (a response is already under way)."""
+
+
+class _UpstreamBad(Exception):
+    """The upstream sent something that is not an HTTP response."""
+
+
+class Head(NamedTuple):
+    """A parsed request or response head. ``start`` is the split first line."""
+
+    start: tuple[bytes, bytes, bytes]
+    headers: list[tuple[bytes, bytes]]
+
+    def get(self, name: bytes) -> list[bytes]:
+        """The values of a field (``name`` in lower case), in order."""
+        return [v for n, v in self.headers if n.lower() == name]
+
+    def tokens(self, name: bytes) -> set[bytes]:
+        """Comma-separated tokens of a field, lower-cased (e.g. ``Connection``)."""
+        return {t.strip().lower() for v in self.get(name) for t in v.split(b",") if t.strip()}
+
+
+def parse_head(head: bytes) -> Head:
+    """Split a message head (without its final blank line) into start line and fields.
+
+    Raises:
+        BadMessage: a malformed start line, an obsolete line fold, or whitespace before a
+            colon (both are request-smuggling vectors, refused as RFC 9112 allows).
+    """
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) != 3:
+        raise BadMessage(400, "malformed start line")
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
+            raise BadMessage(400, "malformed header field")
+        headers.append((name, value.strip(b" \t")))
+    return Head((parts[0], parts[1], parts[2]), headers)
+
+
+#: Body framing: ("none", 0), ("length", n), ("chunked", 0) or ("close", 0).
+Framing = tuple[str, int]
+_NONE: Framing = ("none", 0)
+
+
+def request_framing(head: Head) -> Framing:
+    """How a request's body is delimited (RFC 9112 6.3).
+
+    Raises:
+        BadMessage: both Transfer-Encoding and Content-Length, a transfer coding other
+            than chunked last, or a bad or conflicting Content-Length.
+    """
+    te = head.get(b"transfer-encoding")
+    cl = head.get(b"content-length")
+    if te:
+        if cl:
+            raise BadMessage(400, "both Transfer-Encoding and Content-Length")
+        if b"".join(te).split(b",")[-1].strip().lower() != b"chunked":
+            raise BadMessage(400, "a request's last transfer coding must be chunked")
+        return ("chunked", 0)
+    if cl:
+        return ("length", _content_length(cl))
+    return _NONE
+
+
+def response_framing(method: bytes, status: int, head: Head) -> Framing:
+    """How a response's body is delimited (RFC 9112 6.3).
+
+    Raises:
+        BadMessage: a bad or conflicting Content-Length.
+    """
+    if method == b"HEAD" or status < 200 or status in (204, 304):
+        return _NONE
+    te = head.get(b"transfer-encoding")
+    if te:
+        last = b"".join(te).split(b",")[-1].strip().lower()
+        return ("chunked", 0) if last == b"chunked" else ("close", 0)
+    cl = head.get(b"content-length")
+    if cl:
+        return ("length", _content_length(cl))
+    return ("close", 0)
+
+
+def _content_length(values: list[bytes]) -> int:
+    found = {v.strip() for value in values for v in value.split(b",")}
+    if len(found) != 1 or not next(iter(found)).isdigit():
+        raise BadMessage(400, "bad Content-Length")
+    return int(next(iter(found)))
+
+
+def split_target(target: str) -> tuple[str, int, str]:
+    """(host, port, origin-form path) of an absolute-form ``http://`` request target.
+
+    Raises:
+        BadMessage: not an absolute ``http`` URL (``https`` goes through CONNECT).
+    """
+    try:
+        url = urlsplit(target)
+        port = url.port
+    except ValueError as exc:
+        raise BadMessage(400, f"bad request target: {exc}") from None
+    if url.scheme.lower() != "http" or not url.hostname:
+        raise BadMessage(
+            400,
+            "a forward proxy takes absolute http:// targets; use CONNECT for https and other protocols",
+        )
+    path = url.path or "/"
+    if url.query:
+        path = f"{path}?{url.query}"
+    return normalize_host(url.hostname), port if port is not None else 80, path
+
+
+def split_authority(target: str) -> tuple[str, int]:
+    """(host, port) of a CONNECT target: ``host:port`` or ``[v6]:port``.
+
+    Raises:
+        BadMessage: no port, or a malformed one.
+    """
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise BadMessage(400, "CONNECT needs host:port")
+    return normalize_host(host), int(port)
+
+
+def _chunk_size(line: bytes) -> int:
+    size = line.split(b";", 1)[0].strip()
+    try:
+        return int(size, 16)
+    except ValueError:
+        raise BadMessage(400, "bad chunk size") from None
+
+
+class TLSHello(NamedTuple):
+    """What the first bytes of a tunnel say: whether they can tell yet (``complete``),
+    whether they start a TLS handshake (``tls``), and the SNI server name if any."""
+
+    complete: bool
+    tls: bool
+    server_name: str | None
+
+
+_NEED_MORE = TLSHello(False, True, None)
+_NOT_TLS = TLSHello(True, False, None)
+_NO_SNI = TLSHello(True, True, None)
+
+
+def parse_sni(data: bytes) -> TLSHello:
+    """Read the SNI server name from the start of a TLS connection, without decrypting.
+
+    ``data`` is what the client sent first. TLS records of type handshake are reassembled
+    until the whole ClientHello is in hand (it may span records); then its
+    ``server_name`` extension (type 0, name type ``host_name``) is returned. A prefix
+    too short to decide gives ``complete=False``: call again with more bytes. Anything
+    malformed after a plausible TLS start gives ``tls=True`` and no name.
+    """
+    if not data:
+        return _NEED_MORE
+    if data[0] != 0x16 or (len(data) > 1 and data[1] != 3):
+        return _NOT_TLS
+    handshake = bytearray()
+    pos = 0
+    needed: int | None = None
+    while needed is None or len(handshake) < needed:
+        if len(data) - pos < 5:
+            return _NEED_MORE
+        if data[pos] != 0x16:
+            return _NO_SNI  # the ClientHello was cut short by another record type
+        length = int.from_bytes(data[pos + 3 : pos + 5], "big")
+        if length == 0 or length > 2**14 + 2048:
+            return _NO_SNI
+        if len(data) - pos - 5 < length:
+            return _NEED_MORE
+        handshake += data[pos + 5 : pos + 5 + length]
+        pos += 5 + length
+        if needed is None and len(handshake) >= 4:
+            if handshake[0] != 1:  # not a ClientHello
+                return _NO_SNI
+            needed = 4 + int.from_bytes(handshake[1:4], "big")
+    return TLSHello(True, True, _server_name(bytes(handshake[4:needed])))
+
+
+def _server_name(hello: bytes) -> str | None:
+    """The host_name in a ClientHello body's server_name extension (RFC 6066 3)."""
+
+    def u16(at: int) -> int:
+        if at + 2 > len(hello):
+            raise IndexError(at)
+        return int.from_bytes(hello[at : at + 2], "big")
+
+    try:
+        pos = 2 + 32  # legacy_version, random
+        pos += 1 + hello[pos]  # legacy_session_id
+        pos += 2 + u16(pos)  # cipher_suites
+        pos += 1 + hello[pos]  # legacy_compression_methods
+        if pos >= len(hello):
+            return None  # no extensions at all
+        end = min(pos + 2 + u16(pos), len(hello))
+        pos += 2
+        while pos + 4 <= end:
+            kind, size = u16(pos), u16(pos + 2)
+            pos += 4
+            if kind == 0:
+                names_end = min(pos + 2 + u16(pos), pos + size)
+                at = pos + 2
+                while at + 3 <= names_end:
+                    name_type, name_len = hello[at], u16(at + 1)
+                    at += 3
+                    if name_type == 0:
+                        name = hello[at : at + name_len]
+                        return name.decode("ascii").lower() if len(name) == name_len else None
+                    at += name_len
+                return None
+            pos += size
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def proxy_env(host: str, port: int, *, no_proxy: str = "") -> dict[str, str]:
+    """Environment variables that point subprocess tools at a proxy on ``host:port``.
+
+    The standard variables in both cases (curl reads only the lower-case ``http_proxy``;
+    pip, requests, httpx, git and most others read either), an empty ``NO_PROXY`` so
+    that nothing (loopback included) bypasses the proxy, and the variants of tools that
+    ignore the standard ones: npm, yarn, Node's own ``fetch`` (``NODE_USE_ENV_PROXY``,
+    Node 24+), global-agent, cargo.
+    """
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    env: dict[str, str] = {}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env[name] = env[name.lower()] = url
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
+    env.update(
+        {
+            "npm_config_proxy": url,
+            "npm_config_https_proxy": url,
+            "npm_config_noproxy": no_proxy,
+            "YARN_HTTP_PROXY": url,
+            "YARN_HTTPS_PROXY": url,
+            "NODE_USE_ENV_PROXY": "1",
+            "GLOBAL_AGENT_HTTP_PROXY": url,
+            "GLOBAL_AGENT_HTTPS_PROXY": url,
+            "GLOBAL_AGENT_NO_PROXY": no_proxy,
+            "CARGO_HTTP_PROXY": url,
+            "PIP_PROXY": url,
+        }
+    )
+    return env
+
+
+def _response(
+    status: int,
+    body: bytes = b"",
+    headers: list[tuple[str, str]] | None = None,
+    *,
+    keep: bool = False,
+    reason: str | None = None,
+) -> bytes:
+    """A complete response with a Content-Length, closing the connection unless ``keep``."""
+    lines = [f"HTTP/1.1 {status} {reason if reason is not None else _reason(status)}"]
+    lines += [
+        f"{k}: {v}" for k, v in headers or () if k.lower() not in ("content-length", "connection")
+    ]
+    lines.append(f"Content-Length: {len(body)}")
+    if not keep:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+class _BlockedReport(msgspec.Struct, frozen=True):
+    proto: str
+    host: str
+    port: int | None = None
+    name: str | None = None
+
+
+_report_decoder = msgspec.json.Decoder(_BlockedReport)
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def _ignore(flow: EgressFlow) -> None:
+    """The sink of a proxy nobody listens to."""
+
+
+def _close(flow: EgressFlow, sink: EgressSink) -> None:
+    flow.done = True
+    sink(flow)
+
+
+class ForwardProxy:
+    """An HTTP forward proxy on loopback that records egress and applies the policy.
+
+    Use ``async with ForwardProxy(policy, sink) as proxy`` (then ``proxy.port``,
+    ``proxy.env()``), or ``await tg.start(proxy.serve)`` in your own task group, which
+    returns ``(host, port)`` once it accepts connections.
+
+    Args:
+        policy: the egress policy (everything allowed when None).
+        sink: receives each flow when it opens and again when it closes.
+        host: the loopback address to listen on.
+        port: the port (0 picks a free one).
+        unix_path: also listen on this Unix socket (strict mode's way in; a stale socket
+            file there is replaced).
+        connect_timeout: seconds to connect upstream before answering 502.
+        idle_timeout: seconds a client connection may sit idle between requests.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy | None = None,
+        sink: EgressSink | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        unix_path: str | os.PathLike[str] | None = None,
+        connect_timeout: float = 10.0,
+        idle_timeout: float = 120.0,
+    ) -> None:
+        self.policy = policy or EgressPolicy()
+        self.sink = sink or _ignore
+        self.host = host
+        self.port = port
+        self.unix_path = os.fspath(unix_path) if unix_path is not None else None
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self._tg: TaskGroup | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``: what proxy variables point at."""
+        return proxy_env(self.host, self.port)["HTTP_PROXY"]
+
+    def env(self, *, no_proxy: str = "") -> dict[str, str]:
+        """:func:`proxy_env` for this proxy."""
+        return proxy_env(self.host, self.port, no_proxy=no_proxy)
+
+    async def __aenter__(self) -> ForwardProxy:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        try:
+            await tg.start(self.serve)
+        except BaseException:
+            # start() already raised the failure itself (an UpstreamError, not a group):
+            # close the empty task group without handing it the exception again.
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            raise
+        self._tg = tg
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return None
+        tg.cancel_scope.cancel()
+        return await tg.__aexit__(*exc)
+
+    async def serve(
+        self, *, task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Accept connections until cancelled; ``task_status.started((host, port))`` when ready.
+
+        Raises:
+            UpstreamError: the proxy cannot listen (address in use, bad Unix path).
+        """
+        try:
+            tcp = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        except OSError as exc:
+            raise UpstreamError(
+                f"egress proxy cannot listen on {self.host}:{self.port}: {exc}"
+            ) from exc
+        async with tcp:
+            self.port = int(tcp.extra(SocketAttribute.local_port))
+            if self.unix_path is None:
+                task_status.started((self.host, self.port))
+                await tcp.serve(self._serve_tcp)
+                return
+            _remove_stale_socket(self.unix_path)
+            try:
+                unix = await anyio.create_unix_listener(self.unix_path)
+            except OSError as exc:
+                raise UpstreamError(
+                    f"egress proxy cannot listen on {self.unix_path}: {exc}"
+                ) from exc
+            try:
+                async with unix, anyio.create_task_group() as tg:
+                    tg.start_soon(tcp.serve, self._serve_tcp)
+                    tg.start_soon(unix.serve, self._serve_unix)
+                    task_status.started((self.host, self.port))
+            finally:
+                with suppress(OSError):
+                    os.unlink(self.unix_path)
+
+    async def _serve_tcp(self, stream: ByteStream) -> None:
+        await self._connection(stream, trusted=False)
+
+    async def _serve_unix(self, stream: ByteStream) -> None:
+        await self._connection(stream, trusted=True)
+
+    async def _connection(self, stream: ByteStream, *, trusted: bool) -> None:
+        async with stream:
+            try:
+                await _ClientConnection(self, BufferedByteStream(stream), trusted).run()
+            except (*_CLOSED, _Abort):
+                pass  # a peer went away mid-message; its flow was closed on the way out
+            except Exception:
+                # One connection's failure (a bug included) must not stop the proxy:
+                # Listener.serve would cancel every other connection with it.
+                _log.exception("egress proxy: connection failed")
+
+
+def _remove_stale_socket(path: str) -> None:
+    with suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+
+
+class _Upstream(NamedTuple):
+    key: tuple[str, int]
+    stream: BufferedByteStream
+
+
+class _ClientConnection:
+    """One client connection: a sequence of requests, or one tunnel."""
+
+    def __init__(self, proxy: ForwardProxy, conn: BufferedByteStream, trusted: bool) -> None:
+        self.proxy = proxy
+        self.conn = conn
+        self.trusted = trusted
+        self.upstream: _Upstream | None = None
+
+    async def run(self) -> None:
+        try:
+            while True:
+                head_bytes = None
+                with anyio.move_on_after(self.proxy.idle_timeout):
+                    try:
+                        head_bytes = await self.conn.receive_until(b"\r\n\r\n", MAX_HEAD)
+                    except anyio.IncompleteRead:
+                        return  # the client closed, normally between requests
+                    except anyio.DelimiterNotFound:
+                        await self.conn.send(_response(431, b"request head too large\n"))
+                        return
+                if head_bytes is None:
+                    return  # idle too long
+                try:
+                    head = parse_head(head_bytes)
+                    method, target = head.start[0], head.start[1].decode("latin-1")
+                    if method == b"CONNECT":
+                        await self._tunnel(target)
+                        return
+                    if target.startswith("/"):
+                        if self.trusted and method == b"POST" and target == REPORT_PATH:
+                            await self._report(head)
+                        else:
+                            raise BadMessage(
+                                400,
+                                "this is a forward proxy: send absolute-form requests "
+                                "(http://host/path) or CONNECT host:port",
+                            )
+                        return
+                    if not await self._forward(head, method, target):
+                        return
+                except BadMessage as bad:
+                    await self.conn.send(_response(bad.status, f"{bad.reason}\n".encode()))
+                    return
+        finally:
+            await self._drop_upstream()
+
+    async def _drop_upstream(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            with anyio.CancelScope(shield=True):
+                await upstream.stream.aclose()
+
+    async def _connect(self, host: str, port: int) -> ByteStream:
+        with anyio.fail_after(self.proxy.connect_timeout):
+            return await anyio.connect_tcp(host, port)
+
+    # -- plain HTTP
+
+    async def _forward(self, head: Head, method: bytes, target: str) -> bool:
+        """Forward one request; True when the client connection can carry another."""
+        host, port, path = split_target(target)
+        proxy, conn = self.proxy, self.conn
+        rule = proxy.policy.decide(host, port)
+        flow = EgressFlow(
+            method=method.decode("latin-1"),
+            scheme="http",
+            host=host,
+            port=port,
+            path=path,
+            decision=rule.mode,
+        )
+        sink = proxy.sink
+        sink(flow)
+        try:
+            framing = request_framing(head)
+            keep = head.start[2] == b"HTTP/1.1" and b"close" not in head.tokens(b"connection")
+            expects = b"100-continue" in head.tokens(b"expect")
+
+            def sent(n: int) -> None:
+                flow.request_bytes += n
+
+            if rule.mode != "allow":
+                if framing == _NONE or not expects:
+                    # Read what the tool sends (it counts), so the connection stays usable.
+                    await _relay_body(conn, None, framing, sent)
+                else:
+                    keep = False  # it waits for 100 Continue: answer now and close
+                if rule.mode == "deny":
+                    status, body = 403, denied_body(host, port)
+                    headers = [("Content-Type", "text/plain; charset=utf-8")]
+                    headers.append(("X-Litmus-Sandbox", "denied"))
+                else:
+                    status, body = rule.status, rule.body.encode()
+                    headers = list(rule.headers.items())
+                flow.status, flow.response_bytes = status, len(body)
+                await conn.send(_response(status, body, headers, keep=keep))
+                return keep
+
+            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            request = _request_head(method, path, head, authority)
+            upstream = await self._exchange(flow, (host, port), request, framing, expects, sent)
+            if upstream is None:
+                return False
+            status_line, response = upstream
+            status = flow.status or 0
+            try:
+                rframing = response_framing(method, status, response)
+            except BadMessage:  # the upstream's fault, not the client's: 502, not 400
+                await self._drop_upstream()
+                flow.status = 502
+                await conn.send(_response(502, b"litmus-sandbox: malformed upstream response\n"))
+                return False
+            keep = keep and rframing[0] != "close"
+            up_keep = (
+                rframing[0] != "close"
+                and status_line[0] == b"HTTP/1.1"
+                and b"close" not in response.tokens(b"connection")
+            )
+            response_head = _response_head(status_line, response, keep=keep)
+            assert self.upstream is not None
+            up = self.upstream.stream
+            if rframing[0] == "length" and len(up.buffer) >= rframing[1]:
+                # The whole (small) body has arrived with the head: one send, not two.
+                body = await up.receive_exactly(rframing[1])
+                flow.response_bytes = len(body)
+                await conn.send(response_head + body)
+            else:
+                await conn.send(response_head)
+
+                def received(n: int) -> None:
+                    flow.response_bytes += n
+
+                try:
+                    await _relay_body(up, conn, rframing, received)
+                except BadMessage:
+                    raise _Abort from None  # bad upstream framing mid-response: just close
+            if not up_keep:
+                await self._drop_upstream()
+            return keep
+        finally:
+            _close(flow, sink)
+
+    async def _exchange(
+        self,
+        flow: EgressFlow,
+        key: tuple[str, int],
+        request: bytes,
+        framing: Framing,
+        expects: bool,
+        sent: Callable[[int], None],
+    ) -> tuple[tuple[bytes, bytes, bytes], Head] | None:
+        """Send the request upstream and read the final response head (interim ones are
+        relayed). A reused connection that turns out closed is retried once on a fresh one
+        when no body was consumed. None when the client got a 502."""
+        conn = self.conn
+        if self.upstream is not None and self.upstream.key != key:
+            await self._drop_upstream()
+        for attempt in (0, 1):
+            reused = self.upstream is not None
+            if self.upstream is None:
+                try:
+                    stream = await self._connect(*key)
+                except (OSError, TimeoutError) as exc:
+                    reason = (
+                        "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+                    )
+                    flow.status = 502
+                    body = f"litmus-sandbox: cannot reach {key[0]}:{key[1]}: {reason}\n".encode()
+                    await conn.send(_response(502, body))
+                    return None
+                self.upstream = _Upstream(key, BufferedByteStream(stream))
+            up = self.upstream.stream
+            try:
+                await up.send(request)
+                if attempt == 0 and expects:
+                    await conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                # A client's bad framing raises BadMessage past the handlers below (400).
+                await _relay_body(conn, up, framing, sent)
+                head, status = await self._final_head(up)
+            except (anyio.IncompleteRead, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
+                await self._drop_upstream()
+                if reused and attempt == 0 and framing == _NONE:
+                    continue  # a kept-alive connection the server had closed: retry once
+                flow.status = 502
+                await conn.send(_response(502, b"litmus-sandbox: upstream closed the connection\n"))
+                return None
+            except _UpstreamBad:
+                await self._drop_upstream()
+                flow.status = 502
+                await conn.send(_response(502, b"litmus-sandbox: malformed upstream response\n"))
+                return None
+            if status == 101:  # Upgrade is not forwarded, so a switch cannot be relayed
+                await self._drop_upstream()
+                flow.status = 502
+                await conn.send(
+                    _response(502, b"litmus-sandbox: protocol upgrades are not relayed\n")
+                )
+                return None
+            flow.status = status
+            return head.start, head
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _final_head(self, up: BufferedByteStream) -> tuple[Head, int]:
+        """Read the final response head, relaying interim (1xx) ones to the client.
+
+        Raises:
+            _UpstreamBad: not an HTTP response.
+        """
+        while True:
+            try:
+                head = parse_head(await up.receive_until(b"\r\n\r\n", MAX_HEAD))
+                status = _status(head)
+            except (BadMessage, anyio.DelimiterNotFound):
+                raise _UpstreamBad from None
+            if 100 <= status < 200 and status != 101:
+                await self.conn.send(_response_head(head.start, head, keep=True))
+                continue
+            return head, status
+
+    # -- tunnels
+
+    async def _tunnel(self, target: str) -> None:
+        host, port = split_authority(target)
+        proxy, conn = self.proxy, self.conn
+        mode = proxy.policy.decide(host, port).mode
+        flow = EgressFlow(
+            method="CONNECT",
+            scheme="tcp",
+            host=host,
+            port=port,
+            decision="allow" if mode == "allow" else "deny",
+        )
+        sink = proxy.sink
+        sink(flow)
+        try:
+            if mode != "allow":
+                flow.status = 403
+                body = denied_body(host, port)
+                if mode == "stub":
+                    body += b"(a stub cannot answer inside a tunnel: use plain http or the in-process transport)\n"
+                await conn.send(_response(403, body, [("X-Litmus-Sandbox", "denied")]))
+                return
+            try:
+                upstream = await self._connect(host, port)
+            except (OSError, TimeoutError) as exc:
+                flow.status = 502
+                reason = (
+                    "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+                )
+                await conn.send(
+                    _response(502, f"litmus-sandbox: cannot reach {target}: {reason}\n".encode())
+                )
+                return
+            async with upstream:
+                await conn.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                flow.status = 200
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_pump_client, conn, upstream, flow, tg)
+                    tg.start_soon(_pump_upstream, upstream, conn, flow, tg)
+        finally:
+            _close(flow, sink)
+
+    # -- strict mode's reports
+
+    async def _report(self, head: Head) -> None:
+        framing = request_framing(head)
+        if framing[0] != "length" or framing[1] > 4096:
+            raise BadMessage(400, "a report needs a Content-Length of at most 4096")
+        try:
+            report = _report_decoder.decode(await self.conn.receive_exactly(framing[1]))
+        except msgspec.DecodeError as exc:
+            raise BadMessage(400, f"bad report: {exc}") from None
+        method = {"tcp": "CONNECT", "udp": "UDP", "dns": "DNS"}.get(
+            report.proto, report.proto.upper()
+        )
+        flow = EgressFlow(
+            method=method,
+            scheme=report.proto,
+            host=report.host,
+            port=report.port,
+            path=report.name or "",
+            decision="blocked",
+        )
+        self.proxy.sink(flow)
+        _close(flow, self.proxy.sink)
+        await self.conn.send(_response(204))
+
+
+def _status(head: Head) -> int:
+    code = head.start[1]
+    if len(code) != 3 or not code.isdigit():
+        raise BadMessage(502, "bad status code")
+    return int(code)
+
+
+def _request_head(method: bytes, path: str, head: Head, authority: str) -> bytes:
+    """The request as sent upstream: origin-form target, hop-by-hop fields removed."""
+    drop = _HOP_BY_HOP | head.tokens(b"connection")
+    lines = [method + b" " + path.encode("latin-1") + b" HTTP/1.1"]
+    has_host = False
+    for name, value in head.headers:
+        lname = name.lower()
+        if lname in drop:
+            continue
+        has_host = has_host or lname == b"host"
+        lines.append(name + b": " + value)
+    if not has_host:
+        lines.append(b"Host: " + authority.encode("latin-1"))
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)
+
+
+def _response_head(start: tuple[bytes, bytes, bytes], head: Head, *, keep: bool) -> bytes:
+    """The response head as sent to the client, with our own Connection field."""
+    drop = _RESPONSE_HOP | head.tokens(b"connection")
+    lines = [b"HTTP/1.1 " + start[1] + b" " + start[2]]
+    lines += [n + b": " + v for n, v in head.headers if n.lower() not in drop]
+    if not keep:
+        lines.append(b"Connection: close")
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)
+
+
+async def _relay_body(
+    src: BufferedByteStream,
+    dst: ByteSendStream | None,
+    framing: Framing,
+    count: Callable[[int], None],
+) -> None:
+    """Relay one message body as it arrives (``dst`` None: read and discard it).
+
+    ``count`` gets payload sizes (chunk framing excluded). Chunked bodies are relayed with
+    their framing, one chunk per send, so a stream reaches the client as it is produced.
+
+    Raises:
+        BadMessage: bad chunk framing.
+        anyio.EndOfStream, anyio.IncompleteRead: the sender closed before the body ended.
+    """
+    kind, size = framing
+    if kind == "length":
+        remaining = size
+        while remaining:
+            data = await src.receive(min(remaining, CHUNK))
+            remaining -= len(data)
+            count(len(data))
+            if dst is not None:
+                await dst.send(data)
+    elif kind == "close":
+        while True:
+            try:
+                data = await src.receive(CHUNK)
+            except anyio.EndOfStream:
+                return
+            count(len(data))
+            if dst is not None:
+                await dst.send(data)
+    elif kind == "chunked":
+        while True:
+            line = await _line(src, 4096)
+            remaining = _chunk_size(line)
+            out = bytearray(line)
+            out += b"\r\n"
+            if remaining == 0:
+                while True:  # trailer fields, up to the blank line
+                    trailer = await _line(src, MAX_HEAD)
+                    out += trailer + b"\r\n"
+                    if not trailer:
+                        break
+                if dst is not None:
+                    await dst.send(bytes(out))
+                return
+            while remaining:
+                data = await src.receive(min(remaining, CHUNK))
+                remaining -= len(data)
+                count(len(data))
+                out += data
+                if len(out) >= CHUNK and dst is not None:
+                    await dst.send(bytes(out))
+                    out.clear()
+            if await src.receive_exactly(2) != b"\r\n":
+                raise BadMessage(400, "bad chunk framing")
+            out += b"\r\n"
+            if dst is not None:
+                await dst.send(bytes(out))
+
+
+async def _line(src: BufferedByteStream, limit: int) -> bytes:
+    try:
+        return await src.receive_until(b"\r\n", limit)
+    except anyio.DelimiterNotFound:
+        raise BadMessage(400, "chunk framing line too long") from None
+
+
+async def _pump_client(
+    src: BufferedByteStream, dst: ByteStream, flow: EgressFlow, tg: TaskGroup
+) -> None:
+    """Client to upstream, reading the SNI from the first bytes on the way."""
+    hello = bytearray()
+    sniffing = True
+    try:
+        while True:
+            try:
+                data = await src.receive(CHUNK)
+            except anyio.EndOfStream:
+                break
+            if sniffing:
+                hello += data
+                seen = parse_sni(bytes(hello))
+                if seen.complete or len(hello) > 4 * CHUNK:
+                    sniffing = False
+                    flow.scheme = "https" if seen.tls else "tcp"
+                    flow.sni = seen.server_name
+                    hello.clear()
+            flow.request_bytes += len(data)
+            await dst.send(data)
+        with suppress(*_CLOSED):
+            await dst.send_eof()  # half-close: let the server finish its side
+    except _CLOSED:
+        tg.cancel_scope.cancel()  # a reset on either side ends the whole tunnel
+
+
+async def _pump_upstream(
+    src: ByteStream, dst: BufferedByteStream, flow: EgressFlow, tg: TaskGroup
+) -> None:
+    try:
+        while True:
+            try:
+                data = await src.receive(CHUNK)
+            except anyio.EndOfStream:
+                break
+            flow.response_bytes += len(data)
+            await dst.send(data)
+        with suppress(*_CLOSED):
+            await dst.send_eof()
+    except _CLOSED:
+        tg.cancel_scope.cancel()

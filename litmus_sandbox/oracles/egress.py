@@ -1,0 +1,723 @@
+"""The egress oracle: what the tools tried to reach on the network, whatever they told the agent.
+
+Theory of operation
+-------------------
+An :class:`EgressPolicy` maps hosts (exact names or globs, optionally with a port) to a
+decision: ``allow`` (forward), ``deny`` (answer 403, connect nothing) or ``stub`` (answer a
+configured response, connect nothing). Deciding is a pure function of host and port.
+
+Every request or tunnel in progress is an :class:`EgressFlow`: the layer that sees the
+traffic creates it *before* any connection is made, hands it to a *sink* (a callable), and
+updates its byte counters while the bodies stream through; it calls the sink again when
+the flow closes (``flow.done``). Two layers see traffic:
+
+* in process, :class:`EgressTransport` (and its sync twin :class:`SyncEgressTransport`)
+  wraps any httpx transport, so tools that take an ``httpx`` client are observed without
+  leaving the process;
+* out of process, :class:`ForwardProxy` listens on loopback (and optionally a Unix socket)
+  for subprocess tools pointed at it by :func:`proxy_env`; :func:`run_strict` runs a
+  command in an empty network namespace whose only way out is that proxy.
+
+:class:`EgressProbe` implements the sandbox's probe protocol over one sink. Attribution to
+tool calls, and how it copes with concurrency:
+
+1. ``before_call`` sets :data:`current_call` (a contextvar) in the task that runs the tool;
+   in-process flows carry the call id that was current when they started, so concurrent
+   calls in separate tasks are told apart exactly (anyio copies the context into child
+   tasks and worker threads).
+2. Flows without a call id (everything the forward proxy sees, and in-process requests
+   made outside any call's context) are attributed by time: to the one call whose window
+   (``before_call`` .. ``after_call``) contains the flow's start. A flow that started while
+   two or more calls were in flight is ambiguous: no call claims it, and it is reported by
+   ``finish`` as unattributed.
+3. A flow still open when its call ends (a response the tool left unread, a tunnel whose
+   close the proxy has not seen yet) is reported with the bytes counted so far.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import difflib
+import fnmatch
+import importlib
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+import msgspec
+
+from .._errors import ConfigError
+from .._records import Effects, EgressEvent
+
+EgressMode = Literal["allow", "deny", "stub"]
+EGRESS_MODES: tuple[str, ...] = ("allow", "deny", "stub")
+
+#: The tool call in flight in this context (set by :meth:`EgressProbe.before_call`).
+current_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "litmus_egress_call", default=None
+)
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+# Characters a host pattern may use: hostname characters, glob syntax, IPv6 colons.
+_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-._*?[]!:")
+
+
+class EgressRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What to do with traffic to one host (or glob of hosts).
+
+    ``status``, ``headers`` and ``body`` are the configured response of a ``stub``.
+    """
+
+    mode: str = "allow"
+    status: int = 200
+    headers: dict[str, str] = {}
+    body: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in EGRESS_MODES:
+            raise ConfigError(
+                f"unknown egress mode {self.mode!r} (one of {', '.join(EGRESS_MODES)})"
+            )
+        if not 100 <= self.status <= 599:
+            raise ConfigError(f"a stub status must be between 100 and 599, not {self.status}")
+
+
+_ALLOW = EgressRule(mode="allow")
+_DENY = EgressRule(mode="deny")
+
+
+def _coerce(value: EgressRule | str | Mapping[str, Any], where: str) -> EgressRule:
+    if isinstance(value, EgressRule):
+        return value
+    if isinstance(value, str):
+        value = {"mode": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mode or a table, not {type(value).__name__}")
+    try:
+        return msgspec.convert(dict(value), EgressRule)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def split_host_port(key: str) -> tuple[str, int | None]:
+    """Split a rule key into (host pattern, port): ``host``, ``host:443``, ``[::1]:8080``.
+
+    Raises:
+        ConfigError: a malformed port or bracket.
+    """
+    if key.startswith("["):
+        host, sep, rest = key[1:].partition("]")
+        if not sep:
+            raise ConfigError(f"egress rule {key!r}: unclosed '['")
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise ConfigError(f"egress rule {key!r}: expected ':port' after ']'")
+        return host, _port(rest[1:], key)
+    if key.count(":") == 1:
+        host, _, port = key.partition(":")
+        return host, _port(port, key)
+    return key, None  # a bare name, or an unbracketed IPv6 address (no port possible)
+
+
+def _port(text: str, key: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"egress rule {key!r}: port must be a number from 1 to 65535")
+    return int(text)
+
+
+def normalize_host(host: str) -> str:
+    """Lower case, without IPv6 brackets or a trailing dot: the form rules are matched on."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host.rstrip(".")
+
+
+class EgressPolicy:
+    """Host (exact, or glob, optionally ``:port``) -> :class:`EgressRule`, and a default.
+
+    Precedence: an exact host with the request's port, then the exact host without a port,
+    then globs in the order written (a glob with a port matches only that port), then the
+    default. Globs are shell-style and case-insensitive: ``*.example.com`` matches
+    ``api.example.com`` but not ``example.com`` itself.
+
+    Args:
+        rules: pattern -> rule (a mode string, a mapping, or an :class:`EgressRule`).
+        default: ``allow`` or ``deny`` for hosts no rule names.
+        source: where the rules came from, for error messages.
+
+    Raises:
+        ConfigError: an unknown mode, an unknown key in a rule, a bad port or pattern.
+    """
+
+    def __init__(
+        self,
+        rules: Mapping[str, EgressRule | str | Mapping[str, Any]] | None = None,
+        *,
+        default: str = "allow",
+        source: str = "policy",
+    ) -> None:
+        if default not in ("allow", "deny"):
+            raise ConfigError(
+                f"{source}: [egress] default must be 'allow' or 'deny', not {default!r}"
+            )
+        self.default = _ALLOW if default == "allow" else _DENY
+        self.source = source
+        self._written: dict[str, EgressRule] = {}
+        self._exact: dict[str, dict[int | None, EgressRule]] = {}
+        self._globs: list[tuple[str, int | None, EgressRule]] = []
+        for key, value in (rules or {}).items():
+            where = f"{source}: [egress] {key!r}"
+            if key == "default":  # from code, the default is the keyword argument
+                raise ConfigError(f"{where}: pass the default as default=, not as a rule")
+            rule = _coerce(value, where)
+            host, port = split_host_port(key)
+            host = normalize_host(host)
+            if not host or not set(host) <= _PATTERN_CHARS:
+                raise ConfigError(f"{where}: not a host name, address or glob")
+            self._written[key] = rule
+            if any(ch in host for ch in "*?["):
+                self._globs.append((host, port, rule))
+            else:
+                self._exact.setdefault(host, {})[port] = rule
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> EgressPolicy:
+        """Build from the ``[egress]`` table of a policy file (``default`` is the default).
+
+        Raises:
+            ConfigError: as the constructor; also a key that looks like a misspelt
+                ``default`` (``defualt = "deny"`` would otherwise be a rule for a host).
+        """
+        rules = dict(data)
+        default = rules.pop("default", "allow")
+        if not isinstance(default, str):
+            raise ConfigError(f"{source}: [egress] default must be 'allow' or 'deny'")
+        for key in rules:
+            if difflib.get_close_matches(key.lower(), ["default"], n=1, cutoff=0.75):
+                raise ConfigError(
+                    f"{source}: [egress] unknown key {key!r}: did you mean 'default'? "
+                    '(host rules look like "*.example.com" = "allow")'
+                )
+        return cls(rules, default=default, source=source)
+
+    def decide(self, host: str, port: int | None = None) -> EgressRule:
+        """The rule in force for ``host`` at ``port`` (see the class docstring for precedence)."""
+        h = normalize_host(host)
+        exact = self._exact.get(h)
+        if exact is not None:
+            rule = exact.get(port) if port is not None else None
+            if rule is not None:
+                return rule
+            if None in exact:
+                return exact[None]
+        for pattern, rport, rule in self._globs:
+            if (rport is None or rport == port) and fnmatch.fnmatchcase(h, pattern):
+                return rule
+        return self.default
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the episode header (what the probe enforced)."""
+        return {
+            "default": self.default.mode,
+            "rules": {key: msgspec.to_builtins(rule) for key, rule in self._written.items()},
+        }
+
+
+def denied_body(host: str, port: int | None) -> bytes:
+    """The short body a denied request gets, naming who denied it."""
+    where = host if port is None else f"{host}:{port}"
+    return f"litmus-sandbox: egress to {where} was denied by the sandbox policy\n".encode()
+
+
+# ---------------------------------------------------------------- flows and sinks
+
+
+class EgressFlow:
+    """One request (or tunnel) in progress; :meth:`event` snapshots it as an :class:`EgressEvent`.
+
+    The layer that sees the traffic owns the counters; sinks only read them. ``started``
+    is :func:`time.monotonic` when the request was seen, before any connection.
+    """
+
+    __slots__ = (
+        "call_id",
+        "decision",
+        "done",
+        "host",
+        "method",
+        "path",
+        "port",
+        "request_bytes",
+        "response_bytes",
+        "scheme",
+        "sni",
+        "started",
+        "status",
+    )
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        scheme: str,
+        host: str,
+        port: int | None,
+        path: str = "",
+        decision: str = "allow",
+        call_id: str | None = None,
+        started: float | None = None,
+    ) -> None:
+        self.method = method
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+        self.decision = decision
+        self.call_id = call_id
+        self.started = time.monotonic() if started is None else started
+        self.request_bytes = 0
+        self.response_bytes = 0
+        self.status: int | None = None
+        self.sni: str | None = None
+        self.done = False
+
+    def event(self) -> EgressEvent:
+        return EgressEvent(
+            method=self.method,
+            scheme=self.scheme,
+            host=self.host,
+            port=self.port,
+            path=self.path,
+            request_bytes=self.request_bytes,
+            response_bytes=self.response_bytes,
+            status=self.status,
+            decision=self.decision,
+            sni=self.sni,
+        )
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "open"
+        return f"<EgressFlow {self.method} {self.scheme}://{self.host}:{self.port}{self.path} {self.decision} {state}>"
+
+
+#: Called with a flow when it opens (``flow.done`` is False) and again when it closes.
+#: It may be called from worker threads (sync tools), so it must not block or await.
+EgressSink = Callable[[EgressFlow], None]
+
+
+def _ignore(flow: EgressFlow) -> None:
+    """The sink of a transport nobody listens to."""
+
+
+# ---------------------------------------------------------------- in-process transports
+
+
+class _Seen:
+    """The request-side decision shared by the async and sync transports."""
+
+    def __init__(self, request: httpx.Request, policy: EgressPolicy) -> None:
+        url = request.url
+        scheme = url.scheme
+        port = url.port if url.port is not None else _DEFAULT_PORTS.get(scheme)
+        self.rule = policy.decide(url.host, port)
+        self.flow = EgressFlow(
+            method=request.method,
+            scheme=scheme,
+            host=url.host,
+            port=port,
+            path=url.raw_path.decode("ascii", "replace"),
+            decision=self.rule.mode,
+            call_id=current_call.get(),
+        )
+
+    def canned(self, request: httpx.Request) -> httpx.Response:
+        """The response of a denied or stubbed request; nothing is connected."""
+        flow, rule = self.flow, self.rule
+        if rule.mode == "deny":
+            body = denied_body(flow.host, flow.port)
+            status, headers = 403, {"content-type": "text/plain; charset=utf-8"}
+            headers["x-litmus-sandbox"] = "denied"
+        else:
+            body = rule.body.encode()
+            status, headers = rule.status, dict(rule.headers)
+        flow.status = status
+        flow.response_bytes = len(body)
+        return httpx.Response(status, headers=headers, content=body, request=request)
+
+
+def _fixed_length(request: httpx.Request) -> int | None:
+    """The body size when it is already in memory (no need to wrap the stream to count)."""
+    if isinstance(request.stream, httpx.ByteStream):
+        return len(request.content)
+    return None
+
+
+class _CountingAsyncRequest(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, flow: EgressFlow) -> None:
+        self._inner, self._flow = inner, flow
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._flow.request_bytes += len(chunk)
+            yield chunk
+
+
+class _CountingAsyncResponse(httpx.AsyncByteStream):
+    """Streams the body through, counting it; the flow closes with the stream."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, flow: EgressFlow, sink: EgressSink) -> None:
+        self._inner, self._flow, self._sink = inner, flow, sink
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._flow.response_bytes += len(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            _close(self._flow, self._sink)
+
+
+def _close(flow: EgressFlow, sink: EgressSink) -> None:
+    if not flow.done:  # streams may be closed more than once
+        flow.done = True
+        sink(flow)
+
+
+class EgressTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that records every request and applies the egress policy.
+
+    ``allow`` forwards to ``transport``; ``deny`` answers 403 with a short body saying the
+    sandbox denied it (no connection is made); ``stub`` answers the configured response.
+    Response bodies stream through unbuffered; their bytes are counted as they are read,
+    and the flow closes when the response stream closes. Errors of the inner transport
+    reach the caller unchanged (they are the tool's own httpx errors); the flow records
+    no status then.
+
+    Args:
+        policy: the egress policy (everything allowed when None).
+        sink: receives each flow when it opens and when it closes.
+        transport: the transport allowed requests go to (``httpx.AsyncHTTPTransport()``).
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy | None = None,
+        sink: EgressSink | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.policy = policy or EgressPolicy()
+        self.sink = sink or _ignore
+        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        seen = _Seen(request, self.policy)
+        flow, sink = seen.flow, self.sink
+        sink(flow)
+        if seen.rule.mode != "allow":
+            try:
+                # What the tool tried to send counts, even though it went nowhere.
+                async for chunk in request.stream:  # type: ignore[union-attr]
+                    flow.request_bytes += len(chunk)
+                return seen.canned(request)
+            finally:
+                _close(flow, sink)
+        size = _fixed_length(request)
+        if size is not None:
+            flow.request_bytes = size
+            outgoing = request
+        else:
+            outgoing = httpx.Request(
+                request.method,
+                request.url,
+                headers=request.headers,
+                stream=_CountingAsyncRequest(request.stream, flow),  # type: ignore[arg-type]
+                extensions=request.extensions,
+            )
+        try:
+            response = await self._inner.handle_async_request(outgoing)
+        except BaseException:
+            _close(flow, sink)
+            raise
+        flow.status = response.status_code
+        if isinstance(response.stream, httpx.ByteStream):
+            # An in-memory body (mock transports) was read when the response was built:
+            # httpx will not iterate or close its stream again, so count it now.
+            flow.response_bytes = len(response.content)
+            _close(flow, sink)
+            return response
+        response.stream = _CountingAsyncResponse(response.stream, flow, sink)  # type: ignore[arg-type]
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CountingSyncRequest(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, flow: EgressFlow) -> None:
+        self._inner, self._flow = inner, flow
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._flow.request_bytes += len(chunk)
+            yield chunk
+
+
+class _CountingSyncResponse(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, flow: EgressFlow, sink: EgressSink) -> None:
+        self._inner, self._flow, self._sink = inner, flow, sink
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._flow.response_bytes += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            _close(self._flow, self._sink)
+
+
+class SyncEgressTransport(httpx.BaseTransport):
+    """The sync twin of :class:`EgressTransport`, for tools that use ``httpx.Client``.
+
+    The sink is then called from the tool's thread.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy | None = None,
+        sink: EgressSink | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.policy = policy or EgressPolicy()
+        self.sink = sink or _ignore
+        self._inner = transport if transport is not None else httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        seen = _Seen(request, self.policy)
+        flow, sink = seen.flow, self.sink
+        sink(flow)
+        if seen.rule.mode != "allow":
+            try:
+                for chunk in request.stream:  # type: ignore[union-attr]
+                    flow.request_bytes += len(chunk)
+                return seen.canned(request)
+            finally:
+                _close(flow, sink)
+        size = _fixed_length(request)
+        if size is not None:
+            flow.request_bytes = size
+            outgoing = request
+        else:
+            outgoing = httpx.Request(
+                request.method,
+                request.url,
+                headers=request.headers,
+                stream=_CountingSyncRequest(request.stream, flow),  # type: ignore[arg-type]
+                extensions=request.extensions,
+            )
+        try:
+            response = self._inner.handle_request(outgoing)
+        except BaseException:
+            _close(flow, sink)
+            raise
+        flow.status = response.status_code
+        if isinstance(response.stream, httpx.ByteStream):
+            # An in-memory body (mock transports) was read when the response was built:
+            # httpx will not iterate or close its stream again, so count it now.
+            flow.response_bytes = len(response.content)
+            _close(flow, sink)
+            return response
+        response.stream = _CountingSyncResponse(response.stream, flow, sink)  # type: ignore[arg-type]
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+# ---------------------------------------------------------------- the probe
+
+
+@contextmanager
+def calling(call_id: str | None) -> Iterator[None]:
+    """Attribute in-process requests made inside this block (and its child tasks) to ``call_id``."""
+    token = current_call.set(call_id)
+    try:
+        yield
+    finally:
+        current_call.reset(token)
+
+
+class EgressProbe:
+    """The egress side-effect probe (``name = "egress"``): one sink, many observers.
+
+    Hand tools an observed client (:meth:`client`, :meth:`transport`,
+    :meth:`sync_transport`) and/or start a :class:`ForwardProxy` with this probe's policy
+    and sink (``ForwardProxy(probe.policy, probe.sink)``). See the module docstring for
+    how flows are attributed to calls, concurrent ones included.
+
+    Args:
+        policy: the egress policy (everything allowed when None).
+    """
+
+    name = "egress"
+
+    def __init__(self, policy: EgressPolicy | None = None) -> None:
+        self.policy = policy or EgressPolicy()
+        self._lock = threading.Lock()
+        self._flows: list[EgressFlow] = []
+        self._windows: dict[str, list[float]] = {}  # call id -> [start, end or +inf]
+        self._tokens: dict[str, contextvars.Token[str | None]] = {}
+
+    # -- sink and observers
+
+    def sink(self, flow: EgressFlow) -> None:
+        """Receives flows from transports and proxies (from any thread)."""
+        # Flows are tracked from their opening; the closing call needs nothing more, as
+        # the probe reads the flow's counters when it reports it.
+        if not flow.done:
+            with self._lock:
+                self._flows.append(flow)
+
+    def transport(self, inner: httpx.AsyncBaseTransport | None = None) -> EgressTransport:
+        """An async transport that reports to this probe."""
+        return EgressTransport(self.policy, self.sink, transport=inner)
+
+    def sync_transport(self, inner: httpx.BaseTransport | None = None) -> SyncEgressTransport:
+        """A sync transport that reports to this probe."""
+        return SyncEgressTransport(self.policy, self.sink, transport=inner)
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` whose traffic this probe sees (``transport=`` is wrapped)."""
+        inner = kwargs.pop("transport", None)
+        return httpx.AsyncClient(transport=self.transport(inner), **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """What this probe enforces, for the episode header's ``oracles``."""
+        return {"policy": self.policy.describe()}
+
+    # -- the probe protocol
+
+    async def start(self) -> None:
+        with self._lock:
+            self._flows.clear()
+            self._windows.clear()
+
+    async def before_call(self, call_id: str) -> None:
+        """Open the call's window; set :data:`current_call` in the calling task's context.
+
+        Call it from the task that will run the tool (the sandbox does): a contextvar set
+        here is seen by that task, the tasks it starts and the worker threads it uses.
+        """
+        with self._lock:
+            self._windows[call_id] = [time.monotonic(), float("inf")]
+        self._tokens[call_id] = current_call.set(call_id)
+
+    async def after_call(self, call_id: str) -> Effects:
+        """The flows of this call: those carrying its id, and those (without an id) that
+        started in its window while no other call was in flight."""
+        end = time.monotonic()
+        token = self._tokens.pop(call_id, None)
+        if token is not None:
+            try:
+                current_call.reset(token)
+            except ValueError:  # after_call ran in another context than before_call
+                current_call.set(None)
+        with self._lock:
+            window = self._windows.setdefault(call_id, [end, end])
+            window[1] = end
+            mine: list[EgressFlow] = []
+            rest: list[EgressFlow] = []
+            for flow in self._flows:
+                (mine if self._belongs(flow, call_id, window) else rest).append(flow)
+            self._flows = rest
+        mine.sort(key=lambda f: f.started)
+        return Effects(egress=tuple(f.event() for f in mine))
+
+    def _belongs(self, flow: EgressFlow, call_id: str, window: list[float]) -> bool:
+        if flow.call_id is not None:
+            return flow.call_id == call_id
+        t = flow.started
+        if not window[0] <= t <= window[1]:
+            return False
+        # Ambiguous when another call's window also covers the start: leave it unattributed.
+        return not any(other != call_id and w[0] <= t <= w[1] for other, w in self._windows.items())
+
+    async def finish(self) -> Effects:
+        """Flows no call claimed: outside every window, ambiguous, or late."""
+        with self._lock:
+            flows, self._flows = self._flows, []
+        flows.sort(key=lambda f: f.started)
+        return Effects(egress=tuple(f.event() for f in flows))
+
+    async def close(self) -> None:
+        with self._lock:
+            self._flows.clear()
+            self._windows.clear()
+        self._tokens.clear()
+
+
+# The proxy and strict mode build on the policy and flows above and are re-exported here,
+# so ``litmus_sandbox.oracles.egress`` is the one public import path. They import this
+# module, so they are loaded on first use (PEP 562) rather than at import: importing either
+# private module first would otherwise meet a half-initialized cycle.
+if TYPE_CHECKING:
+    from ._forward_proxy import ForwardProxy as ForwardProxy
+    from ._forward_proxy import parse_sni as parse_sni
+    from ._forward_proxy import proxy_env as proxy_env
+    from ._netns import run_strict as run_strict
+    from ._netns import strict_available as strict_available
+    from ._netns import strict_command as strict_command
+
+_LAZY = {
+    "ForwardProxy": "_forward_proxy",
+    "parse_sni": "_forward_proxy",
+    "proxy_env": "_forward_proxy",
+    "run_strict": "_netns",
+    "strict_available": "_netns",
+    "strict_command": "_netns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "EGRESS_MODES",
+    "EgressFlow",
+    "EgressMode",
+    "EgressPolicy",
+    "EgressProbe",
+    "EgressRule",
+    "EgressSink",
+    "EgressTransport",
+    "ForwardProxy",
+    "SyncEgressTransport",
+    "calling",
+    "current_call",
+    "denied_body",
+    "normalize_host",
+    "parse_sni",
+    "proxy_env",
+    "run_strict",
+    "split_host_port",
+    "strict_available",
+    "strict_command",
+]

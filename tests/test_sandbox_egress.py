@@ -1,0 +1,126 @@
+"""Egress through the sandbox: the in-process client and subprocess tools, against a real server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from litmus_sandbox import Sandbox, ToolCallStep, read_episodes
+from litmus_sandbox.oracles.egress import strict_available
+
+pytestmark = pytest.mark.anyio
+
+
+class _Hello(BaseHTTPRequestHandler):
+    hits: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads what arrived
+
+    def do_GET(self) -> None:
+        _Hello.hits.append(self.path)
+        body = b"hello from loopback"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    _Hello.hits = []
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+POLICY = {"default": "deny", "127.0.0.1": "allow"}
+
+
+def steps_of(path: Path) -> list[ToolCallStep]:
+    (ep,) = read_episodes([path])
+    return [s for s in ep.steps if isinstance(s, ToolCallStep)]
+
+
+async def test_http_client_requests_land_on_the_calling_step(tmp_path: Path, server: str) -> None:
+    sb = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", egress=POLICY, strict_egress=False
+    )
+
+    async def fetch(url: str) -> str:
+        async with sb.http_client() as client:
+            r = await client.get(url)
+            return r.text
+
+    sb.tool(fetch)
+    async with sb, sb.episode("c") as ep:
+        ok = await ep.call("fetch", url=f"{server}/a")
+        denied = await ep.call("fetch", url="http://blocked.invalid/x")
+    assert ok.text == "hello from loopback"
+    assert "denied" in denied.text
+    first, second = steps_of(tmp_path / "e.jsonl")
+    (event,) = first.effects.egress
+    assert (event.host, event.path, event.status, event.decision) == (
+        "127.0.0.1",
+        "/a",
+        200,
+        "allow",
+    )
+    assert event.response_bytes == len(b"hello from loopback")
+    assert [f.code for f in second.findings] == ["escape"]
+    assert _Hello.hits == ["/a"]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+async def test_subprocess_tool_goes_through_the_proxy(
+    tmp_path: Path, server: str, strict: bool
+) -> None:
+    if strict and not strict_available()[0]:
+        pytest.skip(f"strict mode unavailable here: {strict_available()[1]}")
+    sb = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", egress=POLICY, strict_egress=strict
+    )
+    async with sb, sb.episode("c") as ep:
+        ok = await ep.run(["curl", "-s", f"{server}/via-curl"])
+        bad = await ep.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://blocked.invalid/"]
+        )
+    assert ok.text == "hello from loopback"
+    assert not ok.is_error
+    assert bad.text == "403"
+    (episode,) = read_episodes([tmp_path / "e.jsonl"])
+    assert episode.header.oracles["egress"]["mode"] == ("strict" if strict else "proxy-env")
+    first, second = steps_of(tmp_path / "e.jsonl")
+    assert first.tool == "run"
+    assert first.shown.structured["exit_code"] == 0
+    assert [(e.host, e.decision) for e in first.effects.egress] == [("127.0.0.1", "allow")]
+    assert [(e.host, e.decision) for e in second.effects.egress] == [("blocked.invalid", "deny")]
+    assert "escape" in [f.code for f in second.findings]
+    assert _Hello.hits == ["/via-curl"]
+
+
+async def test_strict_mode_blocks_a_client_that_ignores_the_proxy(
+    tmp_path: Path, server: str
+) -> None:
+    ok, why = strict_available()
+    if not ok:
+        pytest.skip(f"strict mode unavailable here: {why}")
+    sb = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", egress=POLICY, strict_egress=True
+    )
+    async with sb, sb.episode("c") as ep:
+        r = await ep.run(["curl", "-s", "--noproxy", "*", "--max-time", "5", f"{server}/direct"])
+    assert r.is_error
+    (step,) = steps_of(tmp_path / "e.jsonl")
+    assert any(e.decision == "blocked" for e in step.effects.egress)
+    assert _Hello.hits == []  # nothing reached the server directly
