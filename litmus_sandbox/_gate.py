@@ -26,7 +26,10 @@ in a mixed pair the legacy side's recording counts as possibly truncated.
 from __future__ import annotations
 
 import fnmatch
+import gc
 import math
+import operator
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -611,16 +614,113 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     return min(1.0, 2.0 * tail)
 
 
-def _group(verdicts: Iterable[AnyVerdict]) -> dict[str, list[AnyVerdict]]:
+_run_id = operator.attrgetter("run_id")
+_case_id = operator.attrgetter("case_id")
+_outcome = operator.attrgetter("outcome")
+
+
+def _keys(verdicts: Sequence[AnyVerdict]) -> list[str]:
+    """The case id of each verdict, in order (a legacy verdict's is its ``run_id``)."""
+    if verdicts and isinstance(verdicts[0], LegacyVerdict):
+        try:
+            return list(map(_run_id, verdicts))
+        except AttributeError:  # native verdicts among legacy ones
+            pass
+    return list(map(_case_id, verdicts))
+
+
+def _group(keys: Sequence[str], verdicts: Sequence[AnyVerdict]) -> dict[str, list[AnyVerdict]]:
     groups: dict[str, list[AnyVerdict]] = {}
-    for v in verdicts:
-        key = v.run_id if isinstance(v, LegacyVerdict) else v.case_id
+    for key, v in zip(keys, verdicts, strict=True):
         group = groups.get(key)
         if group is None:
             groups[key] = [v]
         else:
             group.append(v)
     return groups
+
+
+def _single_epochs(
+    b_keys: list[str],
+    b_list: Sequence[AnyVerdict],
+    c_keys: list[str],
+    c_by_key: dict[str, AnyVerdict],
+    b_key_set: set[str],
+    exclusions: Mapping[str, str],
+    recordings: Mapping[str, int | None],
+) -> tuple[list[CaseResult], list[CaseResult]]:
+    """``compare_case`` for every case, in gate order, when no case has several epochs.
+
+    A legacy pair that passes every check of ``_check_legacy_pair`` and ``_check_unknown``
+    (judge version, truncation flags and ``steps_covered`` known and equal, no unknown
+    provenance keys) and is not excluded is decided here as ``compare_case`` would decide
+    it; every other case goes through ``compare_case``. Returns all results and, in the
+    same order, those that went through ``compare_case`` (the only ones with reasons).
+    """
+    results: list[CaseResult] = []
+    checked: list[CaseResult] = []
+    add = results.append
+    c_aligned = list(map(c_by_key.get, b_keys))
+    for key, b, c in zip(b_keys, b_list, c_aligned, strict=True):
+        if (
+            isinstance(c, LegacyVerdict)
+            and isinstance(b, LegacyVerdict)
+            and not b.unknown_provenance
+            and not c.unknown_provenance
+            and key not in exclusions
+        ):
+            bp, cp = b.provenance, c.provenance
+            # _eq_known on each field of _check_legacy_pair, inline.
+            if (
+                bp.judge_version is not None
+                and cp.judge_version is not None
+                and bp.judge_version == cp.judge_version
+                and bp.truncate_on_refusal is not None
+                and cp.truncate_on_refusal is not None
+                and bp.truncate_on_refusal == cp.truncate_on_refusal
+                and bp.truncate_on_empty_tool_result is not None
+                and cp.truncate_on_empty_tool_result is not None
+                and bp.truncate_on_empty_tool_result == cp.truncate_on_empty_tool_result
+                and bp.steps_covered is not None
+                and cp.steps_covered is not None
+                and bp.steps_covered == cp.steps_covered
+            ):
+                if b.safe:
+                    outcome: Outcome = "PASS" if c.safe else "REGRESSION"
+                else:
+                    outcome = "IMPROVEMENT" if c.safe else "PASS"
+                add(
+                    CaseResult(
+                        case_id=key,
+                        outcome=outcome,
+                        reasons=(),
+                        baseline=(b,),
+                        candidate=(c,),
+                    )
+                )
+                continue
+        result = compare_case(
+            key,
+            [b],
+            [] if c is None else [c],
+            baseline_recorded=key in recordings,
+            exclusion=exclusions.get(key),
+        )
+        add(result)
+        checked.append(result)
+    if len(c_by_key) > len(b_keys) - c_aligned.count(None):
+        for key in c_keys:
+            if key not in b_key_set:
+                result = compare_case(
+                    key,
+                    [],
+                    [c_by_key[key]],
+                    baseline_recorded=key in recordings,
+                    exclusion=exclusions.get(key),
+                )
+                add(result)
+                checked.append(result)
+    return results, checked
 
 
 def gate(
@@ -641,26 +741,56 @@ def gate(
             unknown). Cases listed here get ``rescore_baseline`` as the remedy for a
             missing baseline verdict, and exact counts in the re-baseline plan.
     """
-    exclusions = exclusions or {}
-    recordings = baseline_recordings or {}
-    b_groups = _group(baseline)
-    c_groups = _group(candidate)
-    order = list(b_groups)
-    order.extend(k for k in c_groups if k not in b_groups)
-    empty: list[AnyVerdict] = []
-    results = [
-        compare_case(
-            case_id,
-            b_groups.get(case_id, empty),
-            c_groups.get(case_id, empty),
-            baseline_recorded=case_id in recordings,
-            exclusion=exclusions.get(case_id),
+    # A large suite allocates a few containers per case, and frees none before returning:
+    # each collection the cyclic GC ran meanwhile would rescan every verdict for no garbage.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _gate(baseline, candidate, exclusions or {}, baseline_recordings or {})
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _gate(
+    baseline: Iterable[AnyVerdict],
+    candidate: Iterable[AnyVerdict],
+    exclusions: Mapping[str, str],
+    recordings: Mapping[str, int | None],
+) -> GateReport:
+    b_list = baseline if isinstance(baseline, list) else list(baseline)
+    c_list = candidate if isinstance(candidate, list) else list(candidate)
+    b_keys, c_keys = _keys(b_list), _keys(c_list)
+    b_key_set = set(b_keys)
+    c_by_key = dict(zip(c_keys, c_list, strict=True))
+    results: list[CaseResult]
+    if len(b_key_set) == len(b_keys) and len(c_by_key) == len(c_keys):
+        # One verdict per case and side (the common case): no grouping, no epoch checks.
+        results, checked = _single_epochs(
+            b_keys, b_list, c_keys, c_by_key, b_key_set, exclusions, recordings
         )
-        for case_id in order
-    ]
+        unknown = [k for k in exclusions if k not in b_key_set and k not in c_by_key]
+    else:
+        b_groups = _group(b_keys, b_list)
+        c_groups = _group(c_keys, c_list)
+        order = list(b_groups)
+        order.extend(k for k in c_groups if k not in b_groups)
+        empty: list[AnyVerdict] = []
+        results = [
+            compare_case(
+                case_id,
+                b_groups.get(case_id, empty),
+                c_groups.get(case_id, empty),
+                baseline_recorded=case_id in recordings,
+                exclusion=exclusions.get(case_id),
+            )
+            for case_id in order
+        ]
+        checked = results
+        unknown = [k for k in exclusions if k not in b_groups and k not in c_groups]
     counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
-    for r in results:
-        counts[r.outcome] += 1
+    for outcome, n in Counter(map(_outcome, results)).items():
+        counts[outcome] += n
     regressions, improvements = counts["REGRESSION"], counts["IMPROVEMENT"]
     stats = Statistics(
         cases=len(results),
@@ -668,16 +798,15 @@ def gate(
         safe_to_unsafe=regressions,
         unsafe_to_safe=improvements,
         mcnemar_p=mcnemar_exact_p(regressions, improvements),
-        flaky=sum(1 for r in results if r.reasons and r.flaky),
-        oracle_contradictions=sum(1 for r in results if r.reasons and r.contradicted),
+        flaky=sum(1 for r in checked if r.reasons and r.flaky),
+        oracle_contradictions=sum(1 for r in checked if r.reasons and r.contradicted),
     )
-    known = set(b_groups) | set(c_groups)
     return GateReport(
         cases=tuple(results),
         counts=counts,
         statistics=stats,
-        rebaseline_plan=_plan(results, recordings),
-        unknown_exclusions=tuple(sorted(k for k in exclusions if k not in known)),
+        rebaseline_plan=_plan(checked, recordings),
+        unknown_exclusions=tuple(sorted(unknown)),
     )
 
 

@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -262,6 +263,18 @@ def read_verdicts(path: str | os.PathLike[str]) -> VerdictStream:
     if data.endswith(b"\n") or not data.strip():
         fast = _fast_verdicts(data)
         if fast is not None:
+            # Policy records head the stream: split them off without a per-record loop
+            # when none follows a verdict (else keep file order, one record at a time).
+            head = 0
+            while head < len(fast) and isinstance(fast[head], PolicyRecord):
+                head += 1
+            if not any(
+                issubclass(t, PolicyRecord) for t in set(map(type, islice(fast, head, None)))
+            ):
+                out.policies.extend(fast[:head])
+                del fast[:head]
+                out.verdicts = fast
+                return out
             for rec in fast:
                 if isinstance(rec, PolicyRecord):
                     out.policies.append(rec)

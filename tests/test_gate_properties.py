@@ -9,7 +9,7 @@ from factories import legacy, verdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from litmus_sandbox import RecorderId, compare_case
+from litmus_sandbox import RecorderId, compare_case, gate
 
 COMPARED = {"PASS", "IMPROVEMENT", "REGRESSION"}
 
@@ -111,3 +111,48 @@ def test_equal_scoring_provenance_compares_whatever_the_lengths(
     c = verdict(safe=c_safe, steps_recorded=c_len, steps_covered=c_len)
     expected = "PASS" if b_safe == c_safe else ("REGRESSION" if b_safe else "IMPROVEMENT")
     assert compare_case("case", [b], [c]).outcome == expected
+
+
+_legacy_side = st.builds(
+    lambda case, safe, judge, cut, covered: legacy(
+        case, safe, judge_version=judge, truncate_on_refusal=cut, steps_covered=covered
+    ),
+    st.sampled_from(["a", "b", "c", "d"]),
+    st.booleans(),
+    st.sampled_from(["j1", "j2", None]),
+    st.booleans(),
+    st.integers(1, 3),
+)
+_native_side = st.builds(
+    lambda case, safe, judge, complete: verdict(case, safe, judge=judge, episode_complete=complete),
+    st.sampled_from(["a", "b", "c", "e"]),
+    st.booleans(),
+    st.sampled_from(["judgeA", "judgeB"]),
+    st.booleans(),
+)
+_side = st.lists(st.one_of(_legacy_side, _native_side), max_size=8)
+
+
+@given(_side, _side, st.sets(st.sampled_from(["a", "c", "zz"])))
+def test_suite_gate_equals_case_by_case_compare(
+    b: list[Any], c: list[Any], excluded: set[str]
+) -> None:
+    """The suite gate's fast paths decide every case exactly as compare_case does."""
+    exclusions = dict.fromkeys(excluded, "why")
+    report = gate(b, c, exclusions=exclusions)
+
+    def key(v: Any) -> str:
+        return str(v.case_id)
+
+    order = list(dict.fromkeys([key(v) for v in b] + [key(v) for v in c]))
+    expected = [
+        compare_case(
+            k,
+            [v for v in b if key(v) == k],
+            [v for v in c if key(v) == k],
+            exclusion=exclusions.get(k),
+        )
+        for k in order
+    ]
+    assert list(report.cases) == expected
+    assert sum(report.counts.values()) == len(order)
