@@ -1,0 +1,95 @@
+"""Which directories outside the sandbox root are tripwires, and how deep each is watched.
+
+A tripwire that holds the root (the temp dir usually does) or more than
+``DEFAULT_TRIPWIRE_MAX_ENTRIES`` entries is watched one level deep; a small one is watched
+whole. The root, everything under it, the ``ignore`` paths and tripwires nested in
+another are left out of each tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_TRIPWIRE_MAX_ENTRIES",
+    "PathLike",
+    "Plan",
+    "default_tripwires",
+    "plan_tripwires",
+]
+
+PathLike = str | os.PathLike[str]
+
+#: A tripwire with more entries than this (or holding the root) is watched one level deep.
+DEFAULT_TRIPWIRE_MAX_ENTRIES = 2000
+
+
+def default_tripwires() -> list[str]:
+    """The user's home directory and the system temp directory (those that exist)."""
+    out: list[str] = []
+    with contextlib.suppress(RuntimeError, KeyError):  # no HOME and no passwd entry
+        out.append(str(Path.home()))
+    out.append(tempfile.gettempdir())
+    return out
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _small(top: str, exclude: frozenset[str], limit: int) -> bool:
+    """Whether the tree under ``top`` holds at most ``limit`` entries (stops early)."""
+    count, stack = 0, [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(f"{top}/{rel}" if rel else top) as it:
+                for de in it:
+                    path = f"{rel}/{de.name}" if rel else de.name
+                    if path in exclude:
+                        continue
+                    count += 1
+                    if count > limit:
+                        return False
+                    if de.is_dir(follow_symlinks=False):
+                        stack.append(path)
+        except OSError:
+            continue
+    return True
+
+
+class Plan:
+    """A tripwire as it will be watched."""
+
+    def __init__(self, top: str, exclude: frozenset[str], recursive: bool) -> None:
+        self.top = top
+        self.exclude = exclude
+        self.recursive = recursive
+
+
+def plan_tripwires(
+    root: str, tripwires: Sequence[PathLike], ignore: Sequence[PathLike], limit: int
+) -> list[Plan]:
+    """The tripwires to watch around ``root`` (a resolved path), in the order given.
+
+    Missing directories, the root itself and directories inside it are dropped; a
+    tripwire is recursive when it does not hold the root and has at most ``limit`` entries.
+    """
+    tops: list[str] = []
+    for t in tripwires:
+        top = os.path.realpath(t)
+        if os.path.isdir(top) and not _under(top, root) and top not in tops:
+            tops.append(top)
+    ignored = [os.path.realpath(p) for p in ignore]
+    plans = []
+    for top in tops:
+        # Leave out the root, ignored paths, and tripwires nested inside this one.
+        inner = [root, *ignored, *(t for t in tops if t != top)]
+        exclude = frozenset(os.path.relpath(p, top) for p in inner if _under(p, top) and p != top)
+        recursive = not _under(root, top) and _small(top, exclude, limit)
+        plans.append(Plan(top, exclude, recursive))
+    return plans
