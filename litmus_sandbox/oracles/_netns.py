@@ -44,7 +44,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
@@ -399,7 +399,27 @@ async def _pump(src: ByteStream, dst: ByteStream, tg: TaskGroup) -> None:
         tg.cancel_scope.cancel()
 
 
+def _quiet_wakeup_race() -> None:
+    """Drop asyncio's report of a reader callback firing on an already-cancelled wait.
+
+    When the sniffer's ``wait_readable`` is cancelled at the moment its socket turns
+    readable, asyncio logs ``InvalidStateError`` from ``Future.set_result``. It is harmless,
+    but this process's stderr is the tool's stderr, which the agent is shown.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), asyncio.InvalidStateError):
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 async def _bridge(socket_path: str, port: int, cmd: list[str], catch_all: bool) -> int:
+    _quiet_wakeup_race()
     sniffer: socket.socket | None = None
     if catch_all:
         try:
