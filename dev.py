@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -43,6 +44,30 @@ def _ensure_env() -> None:
     STAMP.write_text(digest)
 
 
+def _ensure_npm_servers() -> None:
+    """Install the npm MCP servers the tests run against (tests/mcp_servers).
+
+    ``npm ci`` runs when node_modules is missing or package-lock.json changed since the
+    last install; a machine without npm gets one clear line (the MCP tests then fail,
+    naming what is missing, rather than skip).
+    """
+    folder = ROOT / "tests" / "mcp_servers"
+    lock = folder / "package-lock.json"
+    stamp = folder / "node_modules" / ".litmus-installed"
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        print("dev.py: npm not found: the MCP tests need Node.js 20+ and npm", flush=True)
+        return
+    print("dev.py: installing the npm MCP test servers (npm ci)", flush=True)
+    quiet = ["--no-audit", "--no-fund", "--loglevel=error"]
+    if _run(npm, "ci", "--prefix", folder, *quiet) != 0:
+        sys.exit("dev.py: npm ci failed in tests/mcp_servers")
+    stamp.write_text(digest)
+
+
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py is what tells an old Python so
         sys.exit(f"dev.py: Python 3.11+ is required, this is {sys.version.split()[0]}")
@@ -56,6 +81,7 @@ def main(argv: list[str]) -> int:
         return _run(BIN / "litmus-sandbox", "demo", *rest)
     if job == "incident":
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
+    _ensure_npm_servers()
     for step in (
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],

@@ -312,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cache_flags(p)
     p.set_defaults(func=cmd_rebaseline)
+    # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
+    p = sub.add_parser(
+        "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
+    )
+    p.add_argument("kind", choices=["mcp"], help="the kind of tool server")
+
     p = sub.add_parser("demo", help="run the built-in adversarial demo (no network, no model)")
     p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
     p.set_defaults(func=cmd_demo)
@@ -333,10 +339,17 @@ def code_on_broken_pipe(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "rebaseline" and not (args.like or args.policy):
-        parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["proxy"]:
+        # An edge may import adapters; only when used, so other commands never load them.
+        from .adapters.mcp._cli import parse as parse_proxy
+
+        args = parse_proxy(argv[1:])
+    else:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command == "rebaseline" and not (args.like or args.policy):
+            parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
     try:
         code: int = args.func(args)
     except LitmusError as exc:

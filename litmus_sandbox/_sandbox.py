@@ -113,6 +113,11 @@ class EpisodeRecorder:
         self._overlapped: set[str] = set()
         self._unattributed: list[Effects] = []
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox this episode records into."""
+        return self._sandbox
+
     def _index(self) -> int:
         i = self._next_index
         self._next_index += 1
@@ -145,15 +150,25 @@ class EpisodeRecorder:
         """
         return await self._call(tool, args, None)
 
-    async def call_with(self, runner: Runner, tool: str, args: Mapping[str, Any]) -> ToolResult:
+    async def call_with(
+        self,
+        runner: Runner,
+        tool: str,
+        args: Mapping[str, Any],
+        *,
+        finalize: Callable[[ToolCallStep], ToolCallStep] | None = None,
+    ) -> ToolResult:
         """Like :meth:`call`, but a call that runs for real runs ``await runner(tool, args)``.
 
         Adapters use this to forward calls to a tool server they front. The runner may
         return a :class:`Shown` to say exactly what the agent sees (content blocks, error
         flag, structured content); any other value is converted like a tool's return value.
         An exception from the runner is recorded and shown as an error, like a tool's.
+        ``finalize``, if given, sees the finished step (whatever its outcome, interrupted
+        included) just before it is written, and may return it annotated (e.g. with the
+        raw upstream envelope in ``meta``).
         """
-        return await self._call(tool, dict(args), runner)
+        return await self._call(tool, dict(args), runner, finalize)
 
     async def run(
         self,
@@ -179,7 +194,13 @@ class EpisodeRecorder:
             args,
         )
 
-    async def _call(self, tool: str, args: dict[str, Any], runner: Runner | None) -> ToolResult:
+    async def _call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        runner: Runner | None,
+        finalize: Callable[[ToolCallStep], ToolCallStep] | None = None,
+    ) -> ToolResult:
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
         self._calls += 1
@@ -206,11 +227,15 @@ class EpisodeRecorder:
                 )
                 if sandbox.probes:
                     interrupted = await self._probes_after(call_id, interrupted)
+                if finalize is not None:
+                    interrupted = finalize(interrupted)
                 await self._write(interrupted)
             raise
         if sandbox.probes:
             step = await self._probes_after(call_id, step)
         step = msgspec.structs.replace(step, index=self._index())
+        if finalize is not None:
+            step = finalize(step)
         await self._write(step)
         return ToolResult(
             value=_shown_value(step),

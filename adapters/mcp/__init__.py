@@ -1,0 +1,16 @@
+"""Record the tool calls of existing MCP servers: a stdio relay and a streamable-HTTP proxy.
+
+Shipped as ``litmus_sandbox.adapters.mcp``; the command line is ``litmus-sandbox proxy mcp``.
+Messages pass through byte for byte; ``tools/call`` requests become tool-call steps under
+the sandbox's per-tool policy (see ``_recording.py`` and ``_episodes.py``).
+"""
+
+from __future__ import annotations
+
+from ._episodes import DEFAULT_CASE_ID as DEFAULT_CASE_ID
+from ._http import HttpProxy as HttpProxy
+from ._jsonrpc import CASE_ID_META_KEY as CASE_ID_META_KEY
+from ._recording import McpProtocolError as McpProtocolError
+from ._stdio import StdioProxy as StdioProxy
+
+__all__ = ["CASE_ID_META_KEY", "DEFAULT_CASE_ID", "HttpProxy", "McpProtocolError", "StdioProxy"]

@@ -1,0 +1,225 @@
+"""``litmus-sandbox proxy mcp``: the command-line face of the MCP proxy.
+
+The package's CLI (an edge too) adds this parser under ``proxy`` and calls :func:`run`.
+stdout belongs to the protocol in stdio mode: everything the proxy says goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from litmus_sandbox import ConfigError, Policy
+from litmus_sandbox.oracles._probe import Probe
+
+from ._http import HttpProxy
+from ._stdio import StdioProxy
+
+DEFAULT_EPISODES = "litmus-mcp.episodes.jsonl"
+T = TypeVar("T")
+
+USAGE_EPILOG = """\
+stdio:  litmus-sandbox proxy mcp [options] -- SERVER_COMMAND...
+HTTP:   litmus-sandbox proxy mcp [options] --listen 127.0.0.1:PORT --upstream URL
+
+The case id comes from --case-id, else from _meta["litmus/case_id"] on the client's
+first requests (initialize, server/discover, tools/call), else "mcp-session".
+"""
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse ``litmus-sandbox proxy ARGS...``; bad usage exits 2 with one line."""
+    from litmus_sandbox._cli import _Parser  # exits 2, like every other command
+
+    parser = _Parser(prog="litmus-sandbox proxy", description="record existing tool servers")
+    kinds = parser.add_subparsers(dest="kind", required=True, parser_class=_Parser)
+    add_parser(kinds)
+    return parser.parse_args(argv)
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``mcp`` subcommand to ``sub`` (the ``proxy`` subparsers)."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "mcp",
+        help="record an MCP server's tool calls (stdio or streamable HTTP)",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--policy", metavar="FILE", help="policy file; its [tools] table applies")
+    p.add_argument(
+        "--episodes",
+        metavar="FILE",
+        default=DEFAULT_EPISODES,
+        help=f"episode stream to append to (default {DEFAULT_EPISODES})",
+    )
+    p.add_argument("--case-id", metavar="ID", help="the episode's case id")
+    p.add_argument("--agent", metavar="NAME", help="recorded as the episode's agent")
+    p.add_argument(
+        "--root", metavar="DIR", help="sandbox root; the stdio server's working directory"
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        help="a tools/call unanswered this long gets an error, and the episode is aborted",
+    )
+    p.add_argument(
+        "--env",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a variable in the stdio server's environment (repeatable)",
+    )
+    p.add_argument(
+        "--watch-fs",
+        action="store_true",
+        help="attach the filesystem oracle to the root: effects land on each step",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="EPISODES",
+        action="append",
+        default=[],
+        help="recorded episodes serving tools in replay mode (default mode replay if no --policy)",
+    )
+    p.add_argument("--fsync", action="store_true", help="fsync every record")
+    p.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here")
+    p.add_argument("--upstream", metavar="URL", help="the MCP server's streamable-HTTP endpoint")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the stdio server's command line")
+    p.set_defaults(func=run)
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--env expects KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"--listen expects HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _policy(args: argparse.Namespace) -> Policy | None:
+    if args.policy:
+        return Policy.from_file(args.policy)
+    # Replay with no policy file means: serve every tool from the recordings.
+    return Policy(default="replay") if args.replay else None
+
+
+def _probes(args: argparse.Namespace, root: Path) -> list[Probe]:
+    if not args.watch_fs:
+        return []
+    from litmus_sandbox.oracles.fs import FsProbe
+
+    return [FsProbe(root, ignore=[Path(args.episodes).resolve()])]
+
+
+async def _on_signal(action: Callable[[], None]) -> None:
+    # Installed explicitly: a proxy started in the background of a script inherits
+    # SIGINT ignored, and SIGTERM would otherwise kill it without ending its episodes.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            action()
+            return
+
+
+async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_on_signal, proxy.stop)
+        bound = await tg.start(proxy.serve, host, port)
+        print(
+            f"litmus-sandbox: MCP proxy on http://{host}:{bound}{proxy.endpoint} "
+            f"-> {proxy.upstream}, recording to {proxy.episodes}",
+            file=sys.stderr,
+            flush=True,
+        )
+        await proxy.stopped.wait()
+        tg.cancel_scope.cancel()
+
+
+async def _serve_stdio(proxy: StdioProxy) -> int:
+    code = 130
+    async with anyio.create_task_group() as tg:
+        # A signal ends the session early: the episode is recorded as aborted (cancelled).
+        tg.start_soon(_on_signal, tg.cancel_scope.cancel)
+        code = await proxy.serve_stdio()
+        tg.cancel_scope.cancel()
+    return code
+
+
+def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``anyio.run``, with a lone error out of a task group unwrapped for the CLI's handler."""
+    try:
+        return anyio.run(fn, *args)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the proxy the parsed arguments describe; returns the exit status.
+
+    Raises:
+        ConfigError: contradictory or malformed options, an unusable policy file.
+    """
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.timeout is not None and args.timeout <= 0:
+        raise ConfigError("--timeout must be a positive number of seconds")
+    root = Path(args.root) if args.root else Path.cwd()
+    policy = _policy(args)
+    probes = _probes(args, root)
+    common: dict[str, Any] = {
+        "episodes": args.episodes,
+        "policy": policy,
+        "root": root,
+        "case_id": args.case_id,
+        "agent": args.agent,
+        "timeout": args.timeout,
+        "probes": probes,
+        "replay": args.replay or None,
+        "fsync": args.fsync,
+    }
+    if args.listen or args.upstream:
+        if command:
+            raise ConfigError("give either a server command (stdio) or --listen/--upstream")
+        if not (args.listen and args.upstream):
+            raise ConfigError("streamable HTTP needs both --listen HOST:PORT and --upstream URL")
+        if args.env:
+            raise ConfigError("--env applies to a stdio server the proxy starts")
+        host, port = _listen(args.listen)
+        http = HttpProxy(args.upstream, **common)
+        _run(_serve_http, http, host, port)
+        return 0
+    if not command:
+        raise ConfigError("no MCP server command: put it after --, or use --listen/--upstream")
+    proxy = StdioProxy(command, env=_env(args.env), **common)
+    code: int = _run(_serve_stdio, proxy)
+    print(
+        f"litmus-sandbox: MCP session recorded in {args.episodes}",
+        file=sys.stderr,
+    )
+    return code

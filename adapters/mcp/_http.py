@@ -1,0 +1,340 @@
+"""The streamable-HTTP proxy: a reverse proxy that records ``tools/call``.
+
+Theory of operation
+-------------------
+A small HTTP/1.1 server (h11 over anyio sockets, one task per connection, all in one
+task group) forwards every request to the upstream origin with the same method, target
+(path and query), headers (``Mcp-Session-Id``, ``MCP-Protocol-Version``, the per-request
+method headers, authorization: all verbatim, hop-by-hop headers aside) and body, with
+httpx. Responses come back the same way: status, reason, headers and body bytes as the
+server sent them; server-sent-event streams (GET streams, POST streams) are relayed chunk
+by chunk as they arrive, never buffered whole. DELETE ends the session upstream and its
+episode here.
+
+A POST whose body is a well-formed ``tools/call`` is recorded (``_http_call.py``): its
+policy decides whether it reaches the server, and a real call's response, plain JSON or
+an event stream, is relayed byte for byte, with the stream's events teed into the step.
+
+Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
+gets one per case id it names in ``_meta``, or one for the whole proxy run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import h11
+import httpx
+from anyio.abc import SocketStream, TaskGroup, TaskStatus
+
+from litmus_sandbox import ConfigError, Policy, Sandbox
+from litmus_sandbox.oracles._probe import Probe
+
+from ._downstream import (
+    CHUNK,
+    MAX_BODY,
+    REQUEST_ONLY,
+    Downstream,
+    forwardable,
+    header,
+)
+from ._episodes import EpisodeSlot
+from ._http_call import HttpToolCall
+from ._jsonrpc import (
+    CONNECTION_CLOSED,
+    Message,
+    batch_has_tool_call,
+    cancelled_request_of,
+    case_id_of,
+    error_message,
+    id_key,
+    parse,
+    protocol_version_of,
+    tool_call_of,
+)
+
+PathLike = str | os.PathLike[str]
+
+
+class HttpProxy:
+    """Put the recorder in front of an MCP server spoken to over streamable HTTP.
+
+    Args:
+        upstream: the server's MCP endpoint URL; the proxy serves the same path.
+        episodes, policy, root, case_id, agent, timeout, probes, replay, fsync: as for
+            :class:`~litmus_sandbox.adapters.mcp.StdioProxy`.
+        transport: an httpx transport for the upstream (tests, the egress oracle).
+
+    Raises:
+        ConfigError: an upstream that is not an http(s) URL; a bad timeout.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        episodes: PathLike,
+        policy: Policy | PathLike | None = None,
+        root: PathLike | None = None,
+        case_id: str | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+        probes: Sequence[Probe] = (),
+        replay: Sequence[PathLike] | None = None,
+        fsync: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"--upstream must be an http(s) URL, got {upstream!r}")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError("the timeout must be a positive number of seconds")
+        self.upstream = upstream
+        self.episodes = os.fspath(episodes)
+        #: Set once serving has ended and every episode is closed.
+        self.stopped = anyio.Event()
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.endpoint = parts.path or "/"
+        self.case_id = case_id
+        self.agent = agent
+        self.timeout = timeout
+        self._transport = transport
+        self._sandbox_kw: dict[str, Any] = {
+            "root": root if root is not None else os.getcwd(),
+            "episodes": episodes,
+            "policy": policy,
+            "timeout": timeout,
+            "probes": probes,
+            "replay": replay,
+            "fsync": fsync,
+        }
+        self._slots: dict[str, EpisodeSlot] = {}
+        self._stopping = anyio.Event()
+        #: In-flight recorded calls by (episode key, request id key), for cancellation.
+        self.calls: dict[tuple[str, Any], HttpToolCall] = {}
+
+    async def serve(
+        self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; ``task_status`` gets the bound port (``port=0`` picks one).
+
+        Raises:
+            ConfigError: the address cannot be bound.
+        """
+        try:
+            await self._serve(host, port, task_status)
+        finally:
+            self.stopped.set()
+
+    async def _serve(self, host: str, port: int, task_status: TaskStatus[int]) -> None:
+        try:
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        timeout = httpx.Timeout(None, connect=10.0)
+        async with (
+            Sandbox(**self._sandbox_kw) as sandbox,
+            httpx.AsyncClient(timeout=timeout, transport=self._transport) as client,
+            anyio.create_task_group() as outer,
+        ):
+            self.sandbox, self.client, self._outer = sandbox, client, outer
+            try:
+                async with listener, anyio.create_task_group() as tg:
+                    tg.start_soon(self._stop_when_asked, tg.cancel_scope)
+                    task_status.started(bound)
+                    await listener.serve(self._connection, task_group=tg)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for slot in list(self._slots.values()):
+                        await slot.close()
+
+    def stop(self) -> None:
+        """Stop serving: open connections are dropped, open episodes end ``complete``."""
+        self._stopping.set()
+
+    async def _stop_when_asked(self, scope: anyio.CancelScope) -> None:
+        await self._stopping.wait()
+        scope.cancel()
+
+    # ------------------------------------------------------------ episodes
+
+    def slot(self, key: str, outer: TaskGroup | None = None) -> EpisodeSlot:
+        """The episode of a session (or of a stateless case id), created on first use."""
+        slot = self._slots.get(key)
+        if slot is None:
+            meta = {"transport": "streamable-http", "server": self.upstream}
+            if key.startswith("session:"):
+                meta["session_id"] = key.removeprefix("session:")
+            slot = self._slots[key] = EpisodeSlot(
+                self.sandbox,
+                outer or self._outer,
+                case_id=self.case_id,
+                agent=self.agent,
+                meta=meta,
+            )
+        return slot
+
+    @staticmethod
+    def offer(slot: EpisodeSlot, msg: Message) -> None:
+        """Let a request name the episode's case id (and protocol revision)."""
+        slot.offer_case_id(case_id_of(msg), msg.method)
+        if (version := protocol_version_of(msg)) is not None:
+            slot.note("protocol_version", version)
+
+    def key_for(self, headers: Sequence[tuple[bytes, bytes]], msg: Message) -> str:
+        if (sid := header(headers, b"mcp-session-id")) is not None:
+            return f"session:{sid}"
+        if self.case_id is None and (case := case_id_of(msg)) is not None:
+            return f"case:{case}"
+        return "proxy"
+
+    async def _end_session(self, key: str) -> None:
+        slot = self._slots.pop(key, None)
+        if slot is not None:
+            await slot.close()
+
+    # ------------------------------------------------------------ connections
+
+    async def _connection(self, stream: SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_BODY)
+        async with stream:
+            while True:
+                try:
+                    request = await self._read(conn, stream)
+                except (h11.RemoteProtocolError, anyio.BrokenResourceError):
+                    return
+                if request is None:
+                    return
+                event, body = request
+                down = Downstream(conn, stream)
+                try:
+                    await self._exchange(down, event, body)
+                except (
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                    h11.LocalProtocolError,
+                ):
+                    return  # the client left mid-response
+                if not down.finished or conn.our_state is not h11.DONE:
+                    return
+                if conn.their_state is not h11.DONE:
+                    return
+                try:
+                    conn.start_next_cycle()
+                except h11.LocalProtocolError:
+                    return
+
+    async def _read(
+        self, conn: h11.Connection, stream: SocketStream
+    ) -> tuple[h11.Request, bytes] | None:
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = await stream.receive(CHUNK)
+                except anyio.EndOfStream:
+                    data = b""
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY:
+                    return None
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                return request, bytes(body)
+            else:  # ConnectionClosed, PAUSED
+                return None
+
+    async def _exchange(self, down: Downstream, event: h11.Request, body: bytes) -> None:
+        method = event.method.decode("ascii")
+        target = event.target.decode("latin-1")
+        raw_headers = list(event.headers.raw_items())
+        headers = forwardable(raw_headers, REQUEST_ONLY)
+        url = self.origin + target
+        path = urlsplit(target).path
+        if method == "POST" and path == self.endpoint:
+            msg = parse(body)
+            if msg.kind == "other" and batch_has_tool_call(body):
+                text = "litmus-sandbox: a tools/call inside a JSON-RPC batch cannot be recorded"
+                await down.whole(400, b"application/json", error_message(None, -32600, text))
+                return
+            key = self.key_for(raw_headers, msg)
+            if msg.kind == "request" and msg.method != "initialize":
+                # Only sessions that began (initialize answered with a session id) or
+                # called a tool have an episode: a failed discovery probe records nothing.
+                slot = self._slots.get(key)
+                if slot is not None and not slot.opened:
+                    self.offer(slot, msg)
+            call = tool_call_of(msg)
+            if call is not None:
+                await HttpToolCall(self, key, down, url, headers, body, msg, *call).run()
+                return
+            if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
+                return
+            await self.relay(down, method, url, headers, body, msg=msg)
+            return
+        await self.relay(down, method, url, headers, body)
+        if method == "DELETE" and (sid := header(raw_headers, b"mcp-session-id")) is not None:
+            await self._end_session(f"session:{sid}")
+
+    async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
+        """Cancel a recorded call the client gave up on; True if answered here."""
+        rid = cancelled_request_of(msg)
+        call = self.calls.get((key, id_key(rid))) if rid is not None else None
+        if call is None:
+            return False
+        call.scope.cancel()
+        if call.state.forwarded:
+            return False  # the server saw the call: it hears of the cancellation too
+        await down.whole(202, b"application/json", b"")
+        return True
+
+    async def relay(
+        self,
+        down: Downstream,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        msg: Message | None = None,
+    ) -> None:
+        """Forward one request and stream its response back, bytes untouched."""
+        request = self.client.build_request(method, url, headers=headers, content=body)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            text = f"litmus-sandbox: the MCP server is unreachable: {exc}"
+            rid = msg.id if msg is not None and msg.kind == "request" else None
+            await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
+            return
+        try:
+            if msg is not None and msg.method == "initialize" and response.is_success:
+                # The session id arrives with the answer: its episode takes the case id
+                # the client named on initialize.
+                sid = response.headers.get("mcp-session-id")
+                key = f"session:{sid}" if sid is not None else self.key_for(headers, msg)
+                self.offer(self.slot(key), msg)
+            await down.start(
+                response.status_code,
+                forwardable(response.headers.raw),
+                response.reason_phrase.encode("latin-1"),
+            )
+            try:
+                async for chunk in response.aiter_raw():
+                    await down.body(chunk)
+            except httpx.HTTPError:
+                pass  # the server dropped the stream: end ours where it ended
+            await down.end()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()

@@ -1,0 +1,208 @@
+"""One recorded ``tools/call`` over streamable HTTP.
+
+The runner POSTs the client's body upstream with the client's headers. A JSON answer is
+read whole (it is one message). An event stream is relayed to the client as it arrives:
+the response headers at once, each notification event as soon as it is complete (teed
+into the step's ``meta["mcp"]["notifications"]``), until the event that answers this
+request. That event is held back while the step is written, then sent, followed by
+whatever the server streams after it. So a real call is relayed byte for byte, and the
+client never holds an answer the record does not yet have.
+
+Calls the server never sees (stub, deny, replay, dropped swallow) and calls it never
+answered (timeout, crash) are answered by the proxy: plain JSON when nothing was sent
+yet, an event on the open stream otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from ._downstream import Downstream, forwardable
+from ._jsonrpc import (
+    PROTOCOL_VERSION_META_KEY,
+    Message,
+    cancelled_message,
+    id_key,
+    parse,
+)
+from ._recording import CallState, UpstreamGone, decode_envelope
+from ._sse import SseSplitter, encode_event, event_data
+
+if TYPE_CHECKING:
+    from ._http import HttpProxy
+
+
+class HttpToolCall:
+    """Record one ``tools/call`` POST and answer it."""
+
+    def __init__(
+        self,
+        proxy: HttpProxy,
+        key: str,
+        down: Downstream,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        msg: Message,
+        tool: str,
+        args: dict[str, Any],
+    ) -> None:
+        self.proxy = proxy
+        self.key = key
+        self.down = down
+        self.url = url
+        self.headers = headers
+        self.msg = msg
+        self.tool = tool
+        self.args = args
+        self.state = CallState(msg.id, body, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        self.scope = anyio.CancelScope()
+        self._response: httpx.Response | None = None
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._held = b""  # the answering event and the bytes after it, sent after the step
+        self._plain: tuple[int, list[tuple[bytes, bytes]], bytes, bytes] | None = None
+
+    async def run(self) -> None:
+        proxy, state = self.proxy, self.state
+        slot = proxy.slot(self.key)
+        proxy.offer(slot, self.msg)
+        call_key = (self.key, id_key(self.msg.id))
+        proxy.calls[call_key] = self
+        try:
+            with self.scope:
+                ep = await slot.recorder()
+                await ep.call_with(
+                    lambda _t, _a: self._forward(),
+                    self.tool,
+                    self.args,
+                    finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
+                )
+            if state.timed_out:
+                reason = f"tools/call {self.tool!r} got no answer within its timeout (server hung?)"
+                slot.abort(reason)
+                await self._cancel_upstream(reason)
+            elif state.reply_kind == "error" and self._plain is None:
+                # No HTTP answer at all (connection refused or dropped mid-stream).
+                slot.abort(state.failure or "the MCP server did not answer")
+            await self._reply()
+        finally:
+            proxy.calls.pop(call_key, None)
+            with anyio.CancelScope(shield=True):
+                if isinstance(self._chunks, AsyncGenerator):
+                    await self._chunks.aclose()
+                if self._response is not None:
+                    await self._response.aclose()
+
+    async def _reply(self) -> None:
+        state, down = self.state, self.down
+        # A real call the server answered over HTTP, even without a JSON-RPC answer
+        # (a 404 for an expired session): the client gets the server's own response.
+        relay = state.reply_kind == "relay" or (
+            state.reply_kind == "error" and state.fidelity == "real" and self._plain is not None
+        )
+        if relay and self._plain is not None:
+            status, headers, reason, body = self._plain
+            await down.start(status, headers, reason)
+            await down.body(body)
+            await down.end()
+        elif relay and self._chunks is not None:
+            await down.body(self._held)
+            try:
+                async for chunk in self._chunks:
+                    await down.body(chunk)
+            except httpx.HTTPError:
+                pass  # the server dropped the stream after answering: end ours too
+            await down.end()
+        elif state.reply_kind in ("result", "error"):
+            if down.started:
+                await down.body(encode_event(state.reply))
+                await down.end()
+            else:
+                await down.whole(200, b"application/json", state.reply)
+        elif down.started:
+            await down.end()  # interrupted: close the stream, nothing to say
+        # An interrupted call with nothing sent leaves the response unsent: the
+        # connection closes, which is all a client that cancelled expects.
+
+    async def _forward(self) -> Any:
+        """The runner: POST upstream, relay the stream's notifications, return the answer."""
+        proxy, state = self.proxy, self.state
+        request = proxy.client.build_request(
+            "POST", self.url, headers=self.headers, content=state.request
+        )
+        try:
+            response = await proxy.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            state.forwarded = not isinstance(exc, httpx.ConnectError)
+            state.failure = f"the MCP server is unreachable: {exc}"
+            raise UpstreamGone(state.failure) from exc
+        state.forwarded = True
+        self._response = response
+        headers = forwardable(response.headers.raw)
+        reason = response.reason_phrase.encode("latin-1")
+        ctype = response.headers.get("content-type", "")
+        # A compressed body cannot be relayed byte-exactly *and* read: relay it decoded.
+        encoded = response.headers.get("content-encoding", "identity") != "identity"
+        if encoded:
+            drop = (b"content-encoding", b"content-length")
+            headers = [(n, v) for n, v in headers if n.lower() not in drop]
+        try:
+            if not ctype.startswith("text/event-stream"):
+                raw = await response.aread() if encoded else await self._read_raw(response)
+                self._plain = (response.status_code, headers, reason, raw)
+                envelope = decode_envelope(raw)
+                if envelope is None or "id" not in envelope:
+                    raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
+                return state.answered(raw, envelope)
+            headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+            await self.down.start(response.status_code, headers, reason)
+            chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
+            splitter = SseSplitter()
+            async for chunk in chunks:
+                for event in splitter.feed(chunk):
+                    answer = self._answer(event)
+                    if answer is not None:
+                        self._held = event + splitter.rest()
+                        return state.answered(*answer)
+                    await self.down.body(event)
+            raise UpstreamGone("the MCP server closed the event stream without answering")
+        except httpx.HTTPError as exc:
+            state.failure = f"the MCP server failed mid-call: {exc}"
+            raise UpstreamGone(state.failure) from exc
+        except UpstreamGone as exc:
+            state.failure = str(exc)
+            raise
+
+    @staticmethod
+    async def _read_raw(response: httpx.Response) -> bytes:
+        return b"".join([chunk async for chunk in response.aiter_raw()])
+
+    def _answer(self, event: bytes) -> tuple[bytes, dict[str, Any]] | None:
+        """(data, envelope) if this event answers our request; else tee it into the step."""
+        data = event_data(event)
+        if not data:
+            return None
+        msg = parse(data)
+        if msg.kind == "response" and id_key(msg.id) == id_key(self.state.request_id):
+            envelope = decode_envelope(data)
+            assert envelope is not None
+            return data, envelope
+        if msg.body is not None:
+            self.state.note(msg.body)
+        return None
+
+    async def _cancel_upstream(self, reason: str) -> None:
+        """Tell the server the proxy gave up on the call (best effort)."""
+        proxy = self.proxy
+        body = cancelled_message(self.state.request_id, reason)
+        with anyio.move_on_after(2):
+            try:
+                response = await proxy.client.post(self.url, headers=self.headers, content=body)
+                await response.aclose()
+            except httpx.HTTPError:
+                pass

@@ -1,0 +1,162 @@
+"""How an intercepted ``tools/call`` becomes a step, whatever the transport.
+
+Theory of operation
+-------------------
+A transport (stdio or HTTP) hands each well-formed ``tools/call`` to
+``EpisodeRecorder.call_with`` with a runner that forwards the original request upstream
+and waits for the matching response. The sandbox applies the tool's policy: ``real`` (and
+``swallow`` with ``run = true``) runs the runner; ``stub``, ``deny``, ``replay`` and a
+dropped ``swallow`` never reach the upstream.
+
+A :class:`CallState` travels with the call (one per request, so concurrent calls on one
+connection never mix) and collects what the runner saw: whether the request was
+forwarded, the raw upstream envelope, progress notifications. When the sandbox writes the
+step, the sandbox calls ``finalize`` (passed to ``call_with``), which adds it to the step's
+``meta["mcp"]`` and decides the exact reply the client gets:
+
+* ``relay`` - the upstream's own bytes (a real call the server answered), byte-exact;
+* ``result`` - a result the proxy builds from what the step says was shown (stubbed,
+  denied, replayed, swallowed calls);
+* ``error`` - a JSON-RPC error for a call the server will never answer (timeout, crash);
+* ``none`` - nothing: the call was interrupted (the client cancelled it or left).
+
+Deciding the reply from the *recorded* step means the client is shown exactly what the
+record says it was shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from litmus_sandbox import LitmusError, ToolCallStep, UpstreamError
+
+from ._jsonrpc import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    error_message,
+    error_text,
+    outcome_of,
+    result_message,
+    shown_from_result,
+)
+
+#: Progress notifications kept per call in the step's meta (the rest are counted).
+MAX_NOTIFICATIONS = 100
+
+ReplyKind = Literal["relay", "result", "error", "none"]
+
+_decode = msgspec.json.Decoder()
+
+
+class McpProtocolError(LitmusError):
+    """The server answered a ``tools/call`` with a JSON-RPC error (a protocol error)."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        self.code = code
+        super().__init__(f"{code}: {message}" if code is not None else message)
+
+
+class CallState:
+    """One intercepted ``tools/call``: what happened upstream, and what the client gets."""
+
+    def __init__(self, request_id: Any, request: bytes, *, stateless: bool) -> None:
+        self.request_id = request_id
+        #: The request exactly as the client sent it (what a real call forwards).
+        self.request = request
+        self.stateless = stateless
+        self.forwarded = False
+        #: Set when the request was sent upstream or the policy decided it never will be.
+        self.dispatched = anyio.Event()
+        self.envelope_raw: bytes | None = None
+        self.envelope: dict[str, Any] | None = None
+        self.failure: str | None = None
+        self.timed_out = False
+        self.notifications: list[Any] = []
+        self.notifications_dropped = 0
+        self.reply_kind: ReplyKind = "none"
+        self.fidelity = ""
+        #: The reply the proxy originates (``result`` and ``error`` kinds).
+        self.reply: bytes = b""
+        self.extra_meta: dict[str, Any] = {}
+
+    def note(self, notification: Any) -> None:
+        """Keep a notification the server sent about this call (progress)."""
+        if len(self.notifications) < MAX_NOTIFICATIONS:
+            self.notifications.append(notification)
+        else:
+            self.notifications_dropped += 1
+
+    def answered(self, raw: bytes, envelope: dict[str, Any]) -> Any:
+        """The upstream answered: keep the envelope and return what the runner returns.
+
+        Raises:
+            McpProtocolError: the answer is a JSON-RPC error.
+        """
+        self.envelope_raw = raw
+        self.envelope = envelope
+        if "error" in envelope:
+            raise McpProtocolError(*error_text(envelope["error"]))
+        return shown_from_result(envelope.get("result"))
+
+    def finalize(self, step: ToolCallStep, cap: int) -> ToolCallStep:
+        """Add ``meta["mcp"]`` to the step and decide the client's reply from it."""
+        outcome = step.actual.outcome if step.actual is not None else None
+        self.fidelity = step.fidelity
+        mcp: dict[str, Any] = {"request_id": self.request_id, "forwarded": self.forwarded}
+        if self.envelope is not None and self.envelope_raw is not None:
+            mcp["outcome"] = outcome_of(self.envelope)
+            raw = self.envelope_raw.rstrip(b"\r\n")
+            mcp["upstream_bytes"] = len(raw)
+            mcp["upstream_sha256"] = hashlib.sha256(raw).hexdigest()
+            # The envelope beside what the client was shown; a huge one is summarized by
+            # its size and hash, like the sandbox caps any large result.
+            mcp["upstream"] = self.envelope if len(raw) <= cap else None
+        elif outcome == "interrupted":
+            mcp["outcome"] = "interrupted"
+        elif outcome == "timeout":
+            self.timed_out = True
+            mcp["outcome"] = "timeout"
+        elif self.forwarded:
+            mcp["outcome"] = "upstream_failed"
+            if self.failure:
+                mcp["failure"] = self.failure
+        else:
+            mcp["outcome"] = "not_forwarded"
+        if self.notifications:
+            mcp["notifications"] = self.notifications
+        if self.notifications_dropped:
+            mcp["notifications_dropped"] = self.notifications_dropped
+        mcp.update(self.extra_meta)
+
+        if outcome == "interrupted":
+            self.reply_kind = "none"
+        elif step.fidelity == "real" and self.envelope_raw is not None:
+            self.reply_kind = "relay"
+        elif step.fidelity == "real":
+            self.reply_kind = "error"
+            timeout = mcp["outcome"] == "timeout"
+            code = REQUEST_TIMEOUT if timeout else CONNECTION_CLOSED
+            text = step.shown.text() or "the MCP server did not answer"
+            self.reply = error_message(self.request_id, code, f"litmus-sandbox: {text}")
+        else:
+            self.reply_kind = "result"
+            self.reply = result_message(self.request_id, step.shown, stateless=self.stateless)
+        mcp["reply"] = self.reply_kind
+        return msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
+
+
+class UpstreamGone(UpstreamError):
+    """The MCP server exited or stopped answering; names why."""
+
+
+def decode_envelope(raw: bytes) -> dict[str, Any] | None:
+    """Decode an upstream response (None if it is not a JSON object)."""
+    try:
+        body = _decode.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return body if isinstance(body, dict) else None

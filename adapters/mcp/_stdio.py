@@ -1,0 +1,464 @@
+"""The stdio proxy: a byte-exact line relay between an MCP client and a server process.
+
+Theory of operation
+-------------------
+Two pumps run in one task group. The client pump reads newline-delimited JSON-RPC from
+the client and writes each line to the server's stdin exactly as received; the server
+pump does the same the other way. Everything passes through untouched (both handshake
+eras, notifications, progress, ping, resources, prompts, server-to-client requests and
+their answers) except ``tools/call``:
+
+* the client pump hands each well-formed ``tools/call`` to a call task that records it
+  through ``EpisodeRecorder.call_with`` and waits until the call is *dispatched* (sent
+  upstream, or answered by the policy without the server) before reading the next line,
+  so the server sees the client's messages in the client's order, and the probes have
+  looked at the world before the server starts working;
+* the server pump routes the response with that request's id to the waiting call
+  instead of the client; the call task then writes the step and sends the client the
+  reply the step records (see ``_recording.py``): the server's own bytes for a real call.
+
+When the server's stdout closes (it exited or crashed) every request still pending gets
+a JSON-RPC error, and if the client was still connected the episode ends ``aborted``
+with the reason. A call with no answer within the timeout gets an error too, the server
+is told ``notifications/cancelled``, a late answer is dropped, and the episode ends
+``aborted`` (a hung server is an infrastructure failure: the run should be repeated,
+not compared). When the client hangs up, the server's stdin is closed, as an MCP client
+would, and the server is given ``grace`` seconds to exit before it is terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from litmus_sandbox import ConfigError, Policy, Sandbox
+from litmus_sandbox.oracles._probe import Probe
+
+from ._episodes import EpisodeSlot
+from ._fdstream import FdReceiveStream, FdSendStream, iter_lines
+from ._jsonrpc import (
+    CONNECTION_CLOSED,
+    PROTOCOL_VERSION_META_KEY,
+    Message,
+    cancelled_message,
+    cancelled_request_of,
+    case_id_of,
+    error_message,
+    id_key,
+    parse,
+    progress_token_of,
+    protocol_version_of,
+    tool_call_of,
+)
+from ._recording import CallState, UpstreamGone
+
+PathLike = str | os.PathLike[str]
+
+
+class _Waiter:
+    """The response to one forwarded ``tools/call``, or why it will never come."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.raw = b""
+        self.body: dict[str, Any] = {}
+        self.failure: str | None = None
+
+    def set(self, raw: bytes, body: dict[str, Any]) -> None:
+        self.raw, self.body = raw, body
+        self.event.set()
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        self.event.set()
+
+    async def wait(self) -> tuple[bytes, dict[str, Any]]:
+        await self.event.wait()
+        if self.failure is not None:
+            raise UpstreamGone(self.failure)
+        return self.raw, self.body
+
+
+class StdioProxy:
+    """Put the recorder in front of an MCP server spoken to over stdio.
+
+    Args:
+        command: the server's command line (spawned with the sandbox root as its
+            working directory).
+        episodes: the episode stream to append to.
+        policy: per-tool fidelity (a :class:`~litmus_sandbox.Policy` or a policy file).
+        root: the sandbox root and the server's working directory (default: cwd).
+        case_id: the episode's case id (else the client's ``_meta["litmus/case_id"]``).
+        agent: recorded as the episode's ``agent``.
+        timeout: seconds a ``tools/call`` may take before the client gets an error.
+        env: variables merged over this process's environment for the server (the hook
+            for the egress oracle's proxy variables).
+        probes: side-effect oracles observing each call (e.g. ``FsProbe(root)``).
+        replay: recorded episodes serving the tools whose mode is ``replay``.
+        fsync: fsync every record.
+        grace: seconds the server gets to exit after the client hangs up.
+
+    Raises:
+        ConfigError: an empty command.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        episodes: PathLike,
+        policy: Policy | PathLike | None = None,
+        root: PathLike | None = None,
+        case_id: str | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        probes: Sequence[Probe] = (),
+        replay: Sequence[PathLike] | None = None,
+        fsync: bool = False,
+        grace: float = 5.0,
+    ) -> None:
+        if not command:
+            raise ConfigError("no MCP server command given (put it after --)")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError("the timeout must be a positive number of seconds")
+        self.command = [os.fspath(c) for c in command]
+        self.root = Path(root) if root is not None else Path.cwd()
+        self.case_id = case_id
+        self.agent = agent
+        self.env = dict(env or {})
+        self.grace = grace
+        self.timeout = timeout
+        self._sandbox_kw: dict[str, Any] = {
+            "root": self.root,
+            "episodes": episodes,
+            "policy": policy,
+            "timeout": timeout,
+            "probes": probes,
+            "replay": replay,
+            "fsync": fsync,
+        }
+
+    async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:
+        """Relay one session; returns 0 when the client hung up, 1 when the server died.
+
+        Raises:
+            ConfigError: the server command cannot be started; a bad policy.
+        """
+        executable = shutil.which(self.command[0], path=self.env.get("PATH"))
+        if executable is None:
+            raise ConfigError(f"cannot start the MCP server: {self.command[0]!r} not found")
+        async with Sandbox(**self._sandbox_kw) as sandbox:
+            try:
+                process = await anyio.open_process(
+                    [executable, *self.command[1:]],
+                    cwd=self.root,
+                    env={**os.environ, **self.env},
+                    stderr=None,  # the server's log goes where the proxy's goes
+                )
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot start the MCP server {self.command[0]!r}: {exc.strerror or exc}"
+                ) from None
+            async with process:
+                session = _Session(self, sandbox, process, client_in, client_out)
+                return await session.run()
+
+    async def serve_stdio(self) -> int:
+        """Relay between this process's stdin/stdout and the server (the CLI's mode)."""
+        client_in, client_out = FdReceiveStream(0), FdSendStream(1)
+        try:
+            return await self.run(client_in, client_out)
+        finally:
+            await client_in.aclose()
+            await client_out.aclose()
+
+
+class _Session:
+    def __init__(
+        self,
+        proxy: StdioProxy,
+        sandbox: Sandbox,
+        process: Process,
+        client_in: ByteReceiveStream,
+        client_out: ByteSendStream,
+    ) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self._proxy = proxy
+        self._sandbox = sandbox
+        self._process = process
+        self._upstream_in = process.stdin
+        self._upstream_out = process.stdout
+        self._client_in = client_in
+        self._client_out = client_out
+        # fast_acquire: an uncontended lock must not yield to the loop (latency per call).
+        self._to_client_lock = anyio.Lock(fast_acquire=True)
+        self._to_upstream_lock = anyio.Lock(fast_acquire=True)
+        self._waiters: dict[tuple[str, Any], _Waiter] = {}
+        #: Forwarded requests other than tools/call that await an answer (key -> id).
+        self._requests: dict[tuple[str, Any], Any] = {}
+        self._calls: dict[tuple[str, Any], tuple[CallState, anyio.CancelScope]] = {}
+        self._progress: dict[tuple[str, Any], CallState] = {}
+        self._unforwarded: set[tuple[str, Any]] = set()
+        self._abandoned: set[tuple[str, Any]] = set()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._stdout_eof = anyio.Event()
+        self._server_gone = anyio.Event()
+        self._gone_reason = "the MCP server exited"
+        self._client_gone = False
+
+    async def run(self) -> int:
+        async with anyio.create_task_group() as outer:
+            self._slot = EpisodeSlot(
+                self._sandbox,
+                outer,
+                case_id=self._proxy.case_id,
+                agent=self._proxy.agent,
+                meta={"transport": "stdio", "server": self._proxy.command},
+            )
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._pump_server)
+                    tg.start_soon(self._pump_client)
+                    tg.start_soon(self._watch_process)
+                    await self._server_gone.wait()
+                    await self._wind_down()
+                    tg.cancel_scope.cancel()
+            except BaseException as exc:
+                self._slot.abort(f"proxy failed: {type(exc).__name__}: {exc}")
+                raise
+            finally:
+                await self._slot.close()
+        return 0 if self._client_gone else 1
+
+    # ------------------------------------------------------------ writing
+
+    async def _to_client(self, data: bytes) -> None:
+        try:
+            async with self._to_client_lock:
+                await self._client_out.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._client_gone = True  # keep draining the server so it never blocks
+
+    async def _to_upstream(self, data: bytes) -> None:
+        """Raises: UpstreamGone: the server's stdin is closed."""
+        try:
+            async with self._to_upstream_lock:
+                await self._upstream_in.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise UpstreamGone("the MCP server is gone (its stdin is closed)") from exc
+
+    # ------------------------------------------------------------ client -> server
+
+    async def _pump_client(self) -> None:
+        async for line in iter_lines(self._client_in):
+            await self._from_client(line)
+        self._client_gone = True
+        # The client hung up: close the server's stdin, as an MCP client does on shutdown.
+        with anyio.move_on_after(self._proxy.grace, shield=True):
+            await self._upstream_in.aclose()
+        with anyio.move_on_after(self._proxy.grace):
+            await self._server_gone.wait()
+            return
+        self._process.terminate()
+        with anyio.move_on_after(2):
+            await self._server_gone.wait()
+            return
+        self._process.kill()
+
+    async def _from_client(self, line: bytes) -> None:
+        msg = parse(line)
+        if msg.kind == "request":
+            if not self._slot.opened:
+                self._slot.offer_case_id(case_id_of(msg), msg.method)
+                if (version := protocol_version_of(msg)) is not None:
+                    self._slot.note("protocol_version", version)
+            call = tool_call_of(msg)
+            if call is not None:
+                await self._start_call(line, msg, *call)
+                return
+            if self._server_gone.is_set():
+                await self._refuse(msg.id)
+                return
+            self._requests[id_key(msg.id)] = msg.id
+        elif msg.kind == "notification":
+            rid = cancelled_request_of(msg)
+            if rid is not None:
+                key = id_key(rid)
+                if key in self._unforwarded:
+                    return  # the server never saw that call: it must not hear of it
+                if (entry := self._calls.get(key)) is not None:
+                    entry[1].cancel()  # recorded as interrupted; the client expects no reply
+        if self._server_gone.is_set():
+            return
+        with contextlib.suppress(UpstreamGone):  # the server pump notices and winds down
+            await self._to_upstream(line)
+
+    async def _refuse(self, request_id: Any) -> None:
+        text = f"litmus-sandbox: {self._gone_reason}"
+        await self._to_client(error_message(request_id, CONNECTION_CLOSED, text) + b"\n")
+
+    async def _start_call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
+        key = id_key(msg.id)
+        if key in self._calls:
+            text = "litmus-sandbox: a request with this id is already in flight"
+            await self._to_client(error_message(msg.id, -32600, text) + b"\n")
+            return
+        state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        token = progress_token_of(msg)
+        if token is not None:
+            self._progress[id_key(token)] = state
+        scope = anyio.CancelScope()
+        self._calls[key] = (state, scope)
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+        self._tg.start_soon(self._run_call, key, state, scope, tool, args, token)
+        # Read on only once the call is dispatched: the server sees the client's order.
+        await state.dispatched.wait()
+
+    async def _run_call(
+        self,
+        key: tuple[str, Any],
+        state: CallState,
+        scope: anyio.CancelScope,
+        tool: str,
+        args: dict[str, Any],
+        token: Any,
+    ) -> None:
+        try:
+            try:
+                with scope:
+                    ep = await self._slot.recorder()
+                    await ep.call_with(
+                        lambda _t, _a: self._forward(key, state),
+                        tool,
+                        args,
+                        finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
+                    )
+            finally:
+                state.dispatched.set()
+                del self._calls[key]
+                if token is not None:
+                    self._progress.pop(id_key(token), None)
+                if not state.forwarded:
+                    self._unforwarded.add(key)
+            if state.timed_out:
+                await self._gave_up(tool, state)
+            if state.reply_kind == "relay" and state.envelope_raw is not None:
+                await self._to_client(state.envelope_raw)
+            elif state.reply_kind in ("result", "error"):
+                await self._to_client(state.reply + b"\n")
+        finally:
+            if not self._calls:
+                self._idle.set()  # the session may wind down: every answer has been sent
+
+    async def _gave_up(self, tool: str, state: CallState) -> None:
+        reason = f"tools/call {tool!r} got no answer within its timeout (server hung?)"
+        self._slot.abort(reason)
+        print(f"litmus-sandbox: {reason}", file=sys.stderr)
+        if not self._server_gone.is_set():
+            with contextlib.suppress(UpstreamGone):
+                await self._to_upstream(cancelled_message(state.request_id, reason) + b"\n")
+
+    async def _forward(self, key: tuple[str, Any], state: CallState) -> Any:
+        """The runner: send the original request upstream and await its response."""
+        if self._server_gone.is_set():
+            state.dispatched.set()
+            raise UpstreamGone(self._gone_reason)
+        waiter = self._waiters[key] = _Waiter()
+        try:
+            try:
+                await self._to_upstream(state.request)
+            finally:
+                state.dispatched.set()
+            state.forwarded = True
+            raw, body = await waiter.wait()
+        except anyio.get_cancelled_exc_class():
+            # Timed out or cancelled by the client: a late answer must not reach the
+            # client (it already has an error, or expects nothing).
+            self._abandoned.add(key)
+            raise
+        except UpstreamGone as exc:
+            state.failure = str(exc)
+            raise
+        finally:
+            self._waiters.pop(key, None)
+        return state.answered(raw, body)
+
+    # ------------------------------------------------------------ server -> client
+
+    async def _pump_server(self) -> None:
+        async for line in iter_lines(self._upstream_out):
+            msg = parse(line)
+            if msg.kind == "response":
+                key = id_key(msg.id)
+                if (waiter := self._waiters.pop(key, None)) is not None:
+                    assert msg.body is not None
+                    waiter.set(line, msg.body)
+                    continue
+                if key in self._abandoned:
+                    self._abandoned.discard(key)
+                    continue
+                self._requests.pop(key, None)
+            elif (
+                self._progress
+                and msg.method == "notifications/progress"
+                and msg.params is not None
+                and (state := self._progress.get(id_key(msg.params.get("progressToken"))))
+            ):
+                state.note(msg.body)
+            await self._to_client(line)
+        self._stdout_eof.set()
+        self._server_gone.set()
+
+    async def _watch_process(self) -> None:
+        await self._process.wait()
+        # A server that exited may still have lines in the pipe; a grandchild holding
+        # stdout open must not keep the session alive.
+        with anyio.move_on_after(1.0):
+            await self._stdout_eof.wait()
+        self._server_gone.set()
+
+    async def _wind_down(self) -> None:
+        code = await self._reap()
+        self._gone_reason = f"the MCP server exited with status {code}"
+        crashed = not self._client_gone
+        pending = len(self._requests) + len(self._waiters)
+        if crashed:
+            detail = f"{self._gone_reason} while the client was connected"
+            if pending:
+                detail += f" ({pending} requests unanswered)"
+            self._slot.abort(detail)
+            print(f"litmus-sandbox: {detail}", file=sys.stderr)
+        for waiter in self._waiters.values():
+            waiter.fail(self._gone_reason)
+        self._waiters.clear()
+        for request_id in self._requests.values():
+            await self._refuse(request_id)
+        self._requests.clear()
+        with anyio.move_on_after(5):
+            await self._idle.wait()  # let the calls record their steps and answer
+        if crashed:
+            with anyio.move_on_after(1):
+                await self._client_out.aclose()  # the client sees the end too
+
+    async def _reap(self) -> int:
+        with anyio.move_on_after(self._proxy.grace):
+            return await self._process.wait()
+        self._process.terminate()
+        with anyio.move_on_after(2):
+            return await self._process.wait()
+        self._process.kill()
+        return await self._process.wait()

@@ -1,0 +1,158 @@
+"""The streamable-HTTP proxy in front of @modelcontextprotocol/server-everything."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from test_mcp_helpers import calls, episodes, node_server, one_episode
+
+from litmus_sandbox import Policy
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def everything() -> AsyncIterator[str]:
+    """server-everything over streamable HTTP on a free loopback port; yields its URL."""
+    port = free_port()
+    command = [*node_server("everything"), "streamableHttp"]
+    async with await anyio.open_process(
+        command, env={**os.environ, "PORT": str(port)}, stdout=None
+    ) as process:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(20):
+            while b"listening on port" not in seen:  # its own readiness line
+                seen += await process.stderr.receive()
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+
+
+@pytest.fixture
+async def proxy_url(
+    request: pytest.FixtureRequest, tmp_path: Path, everything: str
+) -> AsyncIterator[str]:
+    """The proxy in front of ``everything``, in process; ``policy`` by indirect param."""
+    # Imported here, not at collection (see test_mcp_sansio.py for why).
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    policy = getattr(request, "param", None)
+    proxy = HttpProxy(
+        everything,
+        episodes=tmp_path / "eps.jsonl",
+        root=tmp_path,
+        policy=Policy(policy) if policy else None,
+        timeout=20,
+    )
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        yield f"http://127.0.0.1:{port}/mcp"
+        proxy.stop()
+
+
+def dump(result: Any) -> Any:
+    return result.model_dump(mode="json", exclude_none=True)
+
+
+async def test_everything_works_through_the_proxy_and_streams(
+    tmp_path: Path, everything: str, proxy_url: str
+) -> None:
+    async with Client(everything, cache=None) as client:
+        tools_direct = dump(await client.list_tools())
+        echo_direct = dump(await client.call_tool("echo", {"message": "hi"}))
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with Client(proxy_url, cache=None) as client:
+        assert dump(await client.list_tools()) == tools_direct
+        meta: Any = {"litmus/case_id": "everything-1"}
+        assert dump(await client.call_tool("echo", {"message": "hi"}, meta=meta)) == echo_direct
+        long = await client.call_tool(
+            "trigger-long-running-operation",
+            {"duration": 0.3, "steps": 3},
+            progress_callback=on_progress,
+        )
+        structured = await client.call_tool("get-structured-content", {"location": "New York"})
+    assert seen == [1, 2, 3]  # streamed through as they came
+    assert "completed" in long.content[0].text  # type: ignore[union-attr]
+    assert structured.structured_content is not None
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.case_id == "everything-1"
+    assert ep.complete  # the client's DELETE ended the session and its episode
+    assert ep.header.meta["mcp"]["transport"] == "streamable-http"
+    assert "session_id" in ep.header.meta["mcp"]
+    echo, op, struct = calls(ep)
+    assert [s.fidelity for s in (echo, op, struct)] == ["real"] * 3
+    notes = op.meta["mcp"]["notifications"]
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert struct.shown.structured == structured.structured_content
+    assert echo.meta["mcp"]["reply"] == "relay"
+
+
+@pytest.mark.parametrize(
+    "proxy_url",
+    [{"echo": {"mode": "stub", "result": "stubbed echo"}, "get-sum": {"mode": "deny"}}],
+    indirect=True,
+)
+async def test_policy_applies_over_http(tmp_path: Path, proxy_url: str) -> None:
+    async with Client(proxy_url, cache=None) as client:
+        stub = await client.call_tool("echo", {"message": "hi"})
+        denied = await client.call_tool("get-sum", {"a": 1, "b": 2})
+    assert stub.content[0].text == "stubbed echo"  # type: ignore[union-attr]
+    assert denied.is_error
+    steps = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert [s.fidelity for s in steps] == ["stubbed", "denied"]
+    assert [s.meta["mcp"]["forwarded"] for s in steps] == [False, False]
+
+
+async def test_an_unreachable_upstream_gets_json_rpc_errors(tmp_path: Path) -> None:
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(
+        f"http://127.0.0.1:{free_port()}/mcp", episodes=tmp_path / "eps.jsonl", root=tmp_path
+    )
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient() as http:
+            call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x"}}
+            r1 = await http.post(url, json=call, headers=headers)
+            ping = {"jsonrpc": "2.0", "id": 4, "method": "ping"}
+            r2 = await http.post(url, json=ping, headers=headers)
+        proxy.stop()
+    assert r1.status_code == 200
+    assert r1.json()["id"] == 3
+    assert r1.json()["error"]["code"] == -32000
+    assert r2.status_code == 502
+    assert r2.json()["id"] == 4
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "unreachable" in (ep.end.reason or "")
+    (step,) = calls(ep)
+    assert step.meta["mcp"]["forwarded"] is False

@@ -1,0 +1,324 @@
+"""The stdio MCP proxy against a scripted server: byte-exact relay, outcomes, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_mcp_helpers import (
+    PROXY,
+    RawClient,
+    calls,
+    one_episode,
+    open_proxy,
+    request,
+    server_log,
+    tool_call,
+)
+
+pytestmark = pytest.mark.anyio
+
+INIT = (
+    b'{"jsonrpc":"2.0", "id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+    b'"capabilities":{},"clientInfo":{"name":"raw","version":"\\u00e9"},'
+    b'"_meta":{"litmus/case_id":"case-from-meta"}}}\n'
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The proxy runs in a subprocess (asyncio): the test side needs only one backend."""
+    return "asyncio"
+
+
+async def test_non_tool_messages_reach_each_side_byte_for_byte(tmp_path: Path) -> None:
+    """initialize, a notification, ping, tools/list and junk reach each side unchanged."""
+    client = RawClient(await open_proxy(tmp_path))
+    sent = [
+        INIT,
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+        b'{ "id" : "p-1" , "jsonrpc" : "2.0", "method" : "ping" }\r\n',
+        b"this is not json\n",
+        request(7, "tools/list"),
+    ]
+    for data in sent:
+        await client.send(data)
+    received = [await client.recv() for _ in range(3)]
+    assert await client.finish() == 0
+    assert server_log(tmp_path, "in") == b"".join(sent)
+    assert b"".join(received) == server_log(tmp_path, "out")
+    assert received[1].endswith(b"}   \n")  # the server's trailing spaces survive
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.case_id == "case-from-meta"
+    assert ep.header.meta["mcp"]["case_id_source"] == "meta:initialize"
+    assert ep.complete
+    assert ep.steps == ()
+
+
+async def test_tool_calls_are_recorded_and_their_outcomes_classified(tmp_path: Path) -> None:
+    client = RawClient(await open_proxy(tmp_path, "--case-id", "c1"))
+    await client.send(INIT)
+    await client.recv()
+    replies = []
+    for rid, name in enumerate(["echo", "empty", "fail", "proto"], start=1):
+        await client.send(tool_call(rid, name, {"text": "hi"}))
+        replies.append(await client.recv())
+    assert await client.finish() == 0
+    # Real calls: the client got the server's own bytes.
+    assert b"".join(replies) in server_log(tmp_path, "out")
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.case_id == "c1"  # the option wins over _meta
+    echo, empty, fail, proto = calls(ep)
+    assert [s.fidelity for s in calls(ep)] == ["real"] * 4
+    outcomes = [s.meta["mcp"]["outcome"] for s in calls(ep)]
+    assert outcomes == ["result", "empty", "tool_error", "protocol_error"]
+    assert echo.shown.text() == "hi"
+    assert not echo.shown.is_error
+    assert empty.shown.is_empty()
+    assert fail.shown.is_error
+    assert proto.shown.is_error
+    assert proto.actual is not None
+    assert proto.actual.error_type == "McpProtocolError"
+    assert proto.meta["mcp"]["upstream"]["error"]["code"] == -32602
+    assert echo.meta["mcp"]["upstream"] == json.loads(replies[0])
+    assert echo.meta["mcp"]["reply"] == "relay"
+
+
+async def test_server_requests_and_progress_pass_through_a_call(tmp_path: Path) -> None:
+    """Sampling asked mid-call and progress notifications reach the client untouched."""
+    client = RawClient(await open_proxy(tmp_path))
+    await client.send(tool_call(1, "ask"))
+    sampling = await client.recv()
+    assert json.loads(sampling)["method"] == "sampling/createMessage"
+    answer = b'{"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant","content":{"type":"text","text":"ok"}}}\n'
+    await client.send(answer)
+    result = await client.recv()
+    await client.send(tool_call(2, "progress", _meta={"progressToken": "tok"}))
+    progress = [await client.recv() for _ in range(3)]
+    assert await client.finish() == 0
+    assert server_log(tmp_path, "out") == sampling + result + b"".join(progress)
+    assert answer in server_log(tmp_path, "in")
+    ask, prog = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert '"text": "ok"' in ask.shown.text()
+    notes = prog.meta["mcp"]["notifications"]
+    assert [n["params"]["progress"] for n in notes] == [1, 2]
+
+
+async def test_policy_answers_stub_deny_and_swallow_without_the_server(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        "[tools]\n"
+        'echo = { mode = "stub", result = { sent = true } }\n'
+        'fail = { mode = "deny", message = "no" }\n'
+        'empty = { mode = "swallow", run = false, shown = "(nothing)" }\n'
+        'proto = { mode = "swallow", shown = "" }\n'
+    )
+    client = RawClient(await open_proxy(tmp_path, "--policy", str(policy)))
+    await client.send(INIT)
+    await client.recv()
+    replies = []
+    for rid, name in enumerate(["echo", "fail", "empty", "proto"], start=10):
+        await client.send(tool_call(rid, name, {"text": "x"}, _meta={"progressToken": rid}))
+        replies.append(json.loads(await client.recv()))
+    # The client cancels a call the server never saw: the server must not hear of it.
+    await client.send(
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10}}\n'
+    )
+    await client.send(request(99, "ping"))
+    await client.recv()
+    assert await client.finish() == 0
+    seen = server_log(tmp_path, "in")
+    for name in ("echo", "fail", "empty"):
+        assert f'"name": "{name}"'.encode() not in seen
+    assert b'"name": "proto"' in seen  # swallow runs the tool, shows a placeholder
+    assert b"notifications/cancelled" not in seen
+    stub, deny, dropped, swallowed = replies
+    assert stub == {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "result": {
+            "content": [{"type": "text", "text": '{"sent":true}'}],
+            "isError": False,
+            "structuredContent": {"sent": True},
+        },
+    }
+    assert deny["id"] == 11
+    assert deny["result"]["isError"] is True
+    assert deny["result"]["content"][0]["text"] == "no"
+    assert dropped["result"]["content"][0]["text"] == "(nothing)"
+    assert swallowed["id"] == 13
+    assert swallowed["result"]["content"] == [{"type": "text", "text": ""}]
+    steps = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert [s.fidelity for s in steps] == ["stubbed", "denied", "swallowed", "swallowed"]
+    assert [s.meta["mcp"]["forwarded"] for s in steps] == [False, False, False, True]
+    assert steps[3].actual is not None
+    assert steps[3].actual.error_type == "McpProtocolError"
+    assert steps[3].meta["mcp"]["outcome"] == "protocol_error"
+
+
+async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(tmp_path: Path) -> None:
+    process = await open_proxy(tmp_path)
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv()
+    await client.send(tool_call(5, "crash"))
+    error = await client.recv_json()
+    assert error["id"] == 5
+    assert error["error"]["code"] == -32000
+    assert "status 3" in error["error"]["message"]
+    assert await client.recv() == b""  # the proxy hangs up too
+    with anyio.fail_after(10):
+        assert await process.wait() == 1
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert ep.end.reason is not None
+    assert "exited with status 3" in ep.end.reason
+    (step,) = calls(ep)
+    assert step.fidelity == "real"
+    assert step.actual is not None
+    assert step.actual.outcome == "raised"
+    assert step.meta["mcp"]["outcome"] == "upstream_failed"
+
+
+async def test_a_hung_call_times_out_and_the_session_goes_on(tmp_path: Path) -> None:
+    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5"))
+    await client.send(INIT)
+    await client.recv()
+    with anyio.fail_after(5):
+        await client.send(tool_call(1, "hang"))
+        error = await client.recv_json()
+    assert error["id"] == 1
+    assert error["error"]["code"] == -32001
+    await client.send(tool_call(2, "echo", {"text": "still here"}))
+    assert (await client.recv_json())["result"]["content"][0]["text"] == "still here"
+    assert await client.finish() == 0
+    assert b'"method":"notifications/cancelled","params":{"requestId":1' in server_log(
+        tmp_path, "in"
+    )
+    ep = one_episode(tmp_path / "eps.jsonl")
+    hung, echo = calls(ep)
+    assert hung.actual is not None
+    assert hung.actual.outcome == "timeout"
+    assert hung.meta["mcp"]["outcome"] == "timeout"
+    assert echo.fidelity == "real"
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "no answer within its timeout" in (ep.end.reason or "")
+
+
+async def test_a_call_the_client_cancels_is_recorded_as_interrupted(tmp_path: Path) -> None:
+    client = RawClient(await open_proxy(tmp_path))
+    await client.send(tool_call(1, "hang"))
+    cancel = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}\n'
+    await client.send(cancel)
+    await client.send(tool_call(2, "echo", {"text": "next"}))
+    assert (await client.recv_json())["id"] == 2  # nothing is sent for the cancelled call
+    assert await client.finish() == 0
+    assert cancel in server_log(tmp_path, "in")  # the server saw the call, so its cancel too
+    hung, _ = sorted(calls(one_episode(tmp_path / "eps.jsonl")), key=lambda s: s.call_id)
+    assert hung.actual is not None
+    assert hung.actual.outcome == "interrupted"
+    assert hung.meta["mcp"]["reply"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--", "no-such-mcp-server-xyz"], "'no-such-mcp-server-xyz' not found"),
+        ([], "no MCP server command"),
+        (["--timeout", "0", "--", "true"], "--timeout must be a positive"),
+        (["--listen", "127.0.0.1:1"], "needs both --listen"),
+        (["--env", "NOVALUE", "--", "true"], "--env expects KEY=VALUE"),
+        (["--timeout", "soon", "--", "true"], "invalid float value"),
+    ],
+)
+async def test_bad_input_gets_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = await anyio.run_process(
+        [*PROXY, "--episodes", str(tmp_path / "e.jsonl"), *args], check=False
+    )
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_in_process_proxy_over_pipes(tmp_path: Path, anyio_backend: str) -> None:
+    """The Python API on both backends, through the proxy's own file-descriptor streams."""
+    # Imported here, not at collection (see test_mcp_sansio.py for why).
+    from litmus_sandbox.adapters.mcp import StdioProxy
+    from litmus_sandbox.adapters.mcp._fdstream import FdReceiveStream, FdSendStream
+
+    c2p_r, c2p_w = os.pipe()
+    p2c_r, p2c_w = os.pipe()
+    proxy = StdioProxy(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "programs" / "mcp_scripted_server.py"),
+            str(tmp_path / "server"),
+        ],
+        episodes=tmp_path / "eps.jsonl",
+        root=tmp_path / "root",
+        case_id="in-process",
+        env={"LITMUS_TEST_MARK": "1"},
+    )
+    to_proxy, from_proxy = FdSendStream(c2p_w), FdReceiveStream(p2c_r)
+    codes: list[int] = []
+
+    async def serve() -> None:
+        codes.append(await proxy.run(FdReceiveStream(c2p_r), FdSendStream(p2c_w)))
+
+    async def exchange() -> Any:
+        await to_proxy.send(tool_call(1, "echo", {"text": "pipes"}))
+        data = b""
+        while not data.endswith(b"\n"):
+            data += await from_proxy.receive()
+        os.close(c2p_w)  # hang up
+        return json.loads(data)
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve)
+                reply = await exchange()
+    finally:
+        for fd in (c2p_r, p2c_r, p2c_w):
+            os.close(fd)
+    assert codes == [0]
+    assert reply["result"]["content"][0]["text"] == "pipes"
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.fidelity == "real"
+
+
+async def test_replay_serves_recorded_results_without_the_server_seeing_them(
+    tmp_path: Path,
+) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    client = RawClient(await open_proxy(first))
+    await client.send(tool_call(1, "echo", {"text": "recorded"}))
+    recorded = await client.recv_json()
+    assert await client.finish() == 0
+    client = RawClient(await open_proxy(tmp_path, "--replay", str(first / "eps.jsonl")))
+    await client.send(tool_call(1, "echo", {"text": "recorded"}))
+    replayed = await client.recv_json()
+    await client.send(tool_call(2, "echo", {"text": "never recorded"}))
+    miss = await client.recv_json()
+    assert await client.finish() == 0
+    assert replayed["result"]["content"] == recorded["result"]["content"]
+    assert miss["result"]["isError"] is True
+    assert b"tools/call" not in server_log(tmp_path, "in")
+    hit, missed = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert (hit.fidelity, missed.fidelity) == ("replayed", "replayed")
+    assert hit.source is not None
+    assert hit.source.step == 0
+    assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"
