@@ -25,6 +25,7 @@ from ._gate import step_diff as step_diff
 from ._policy import Policy as Policy
 from ._policy import Stub as Stub
 from ._policy import ToolPolicy as ToolPolicy
+from ._policy_file import read_policy_file as read_policy_file
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
 from ._records import Actual as Actual
 from ._records import Effects as Effects
@@ -127,6 +128,7 @@ __all__ = [
     "load_policy",
     "mcnemar_exact_p",
     "read_episodes",
+    "read_policy_file",
     "read_verdicts",
     "score_episode",
     "score_episodes",

@@ -377,6 +377,14 @@ class Sandbox:
     def tools(self) -> dict[str, Callable[..., Any]]:
         return dict(self._tools)
 
+    def egress_env(self) -> dict[str, str]:
+        """Proxy variables pointing a subprocess at the egress proxy (empty without egress).
+
+        For long-lived subprocesses an adapter starts itself (e.g. an MCP server), which
+        cannot be run in strict mode: they are recorded through the proxy variables.
+        """
+        return self._proxy.env() if self._proxy is not None else {}
+
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An httpx client whose every request is recorded and decided by the egress policy.
 

@@ -322,3 +322,48 @@ async def test_replay_serves_recorded_results_without_the_server_seeing_them(
     assert hit.source is not None
     assert hit.source.step == 0
     assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"
+
+
+async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) -> None:
+    """With an [egress] table, the server's requests land on the step of the call in flight."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello via proxy"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/x"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[egress]\ndefault = "deny"\n"127.0.0.1" = "allow"\n')
+    try:
+        client = RawClient(await open_proxy(tmp_path, "--case-id", "c", "--policy", str(policy)))
+        await client.send(INIT)
+        await client.recv()
+        await client.send(tool_call(1, "fetch", {"url": url}))
+        reply = json.loads(await client.recv())
+        await client.send(tool_call(2, "fetch", {"url": "http://denied.invalid/"}))
+        denied = json.loads(await client.recv())
+        assert await client.finish() == 0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert reply["result"]["content"][0]["text"] == "hello via proxy"
+    assert denied["result"]["isError"] is True
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.header.oracles["egress"]["mode"] == "proxy-env"
+    ok, bad = calls(ep)
+    assert [(e.host, e.decision, e.status) for e in ok.effects.egress] == [
+        ("127.0.0.1", "allow", 200)
+    ]
+    assert [(e.host, e.decision) for e in bad.effects.egress] == [("denied.invalid", "deny")]
+    assert "escape" in [f.code for f in bad.findings]

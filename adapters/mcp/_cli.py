@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from litmus_sandbox import ConfigError, Policy
+from litmus_sandbox import ConfigError, Policy, read_policy_file
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -110,6 +110,16 @@ def _listen(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"--listen expects HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _egress(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The policy file's ``[egress]`` table, if it has one."""
+    if not args.policy:
+        return None
+    table = read_policy_file(args.policy).get("egress")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{args.policy}: [egress] must be a table")
+    return table
 
 
 def _policy(args: argparse.Namespace) -> Policy | None:
@@ -216,7 +226,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not command:
         raise ConfigError("no MCP server command: put it after --, or use --listen/--upstream")
-    proxy = StdioProxy(command, env=_env(args.env), **common)
+    egress = _egress(args)
+    if egress is not None:
+        print(
+            "litmus-sandbox: the server's egress goes through a recording loopback proxy "
+            "(proxy variables: a long-lived server is not run in strict mode, so a client "
+            "that ignores them is not caught)",
+            file=sys.stderr,
+        )
+    proxy = StdioProxy(command, env=_env(args.env), egress=egress, **common)
     code: int = _run(_serve_stdio, proxy)
     print(
         f"litmus-sandbox: MCP session recorded in {args.episodes}",

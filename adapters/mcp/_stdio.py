@@ -42,6 +42,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from litmus_sandbox import ConfigError, Policy, Sandbox
 from litmus_sandbox.oracles._probe import Probe
+from litmus_sandbox.oracles.egress import EgressPolicy
 
 from ._episodes import EpisodeSlot
 from ._fdstream import FdReceiveStream, FdSendStream, iter_lines
@@ -106,6 +107,9 @@ class StdioProxy:
         replay: recorded episodes serving the tools whose mode is ``replay``.
         fsync: fsync every record.
         grace: seconds the server gets to exit after the client hangs up.
+        egress: an egress policy: the server's requests go through the sandbox's loopback
+            proxy (its proxy variables; the server is long-lived, so never strict mode)
+            and land on the step of the call in flight.
 
     Raises:
         ConfigError: an empty command.
@@ -126,6 +130,7 @@ class StdioProxy:
         replay: Sequence[PathLike] | None = None,
         fsync: bool = False,
         grace: float = 5.0,
+        egress: EgressPolicy | Mapping[str, Any] | None = None,
     ) -> None:
         if not command:
             raise ConfigError("no MCP server command given (put it after --)")
@@ -146,6 +151,8 @@ class StdioProxy:
             "probes": probes,
             "replay": replay,
             "fsync": fsync,
+            "egress": egress,
+            "strict_egress": False if egress is not None else None,
         }
 
     async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:
@@ -162,7 +169,7 @@ class StdioProxy:
                 process = await anyio.open_process(
                     [executable, *self.command[1:]],
                     cwd=self.root,
-                    env={**os.environ, **self.env},
+                    env={**os.environ, **sandbox.egress_env(), **self.env},
                     stderr=None,  # the server's log goes where the proxy's goes
                 )
             except OSError as exc:

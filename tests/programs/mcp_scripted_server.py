@@ -11,6 +11,8 @@ would change. Tools:
 * ``proto`` - a JSON-RPC error; ``ask`` - sends the client a ``sampling/createMessage``
   request and returns the client's answer; ``progress`` - two progress notifications
   (when the call has a progress token), then a result;
+* ``fetch`` - GETs ``url`` with urllib (which honours the proxy variables) and returns
+  the body;
 * ``crash`` - exits with status 3 without answering; ``hang`` - never answers (and logs
   the ``notifications/cancelled`` it then receives).
 """
@@ -26,7 +28,7 @@ LOG = sys.argv[1]
 _in = open(LOG + ".in", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 _out = open(LOG + ".out", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 
-TOOLS = ["echo", "empty", "fail", "proto", "ask", "progress", "crash", "hang"]
+TOOLS = ["echo", "empty", "fail", "proto", "ask", "progress", "fetch", "crash", "hang"]
 
 
 def send(line: bytes) -> None:
@@ -58,6 +60,15 @@ def call(rid: Any, params: dict[str, Any], lines: Any) -> None:
         result(rid, text(str(args.get("text", ""))))
     elif name == "empty":
         result(rid, {"content": []})
+    elif name == "fetch":
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(str(args["url"]), timeout=10) as response:
+                result(rid, text(response.read().decode()))
+        except urllib.error.URLError as exc:
+            result(rid, {**text(f"fetch failed: {exc}"), "isError": True})
     elif name == "fail":
         result(rid, {**text("it failed"), "isError": True})
     elif name == "proto":
