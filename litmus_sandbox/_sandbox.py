@@ -355,6 +355,7 @@ class Sandbox:
         self._proxy: ForwardProxy | None = None
         self._stack: AsyncExitStack | None = None
         self.probes: tuple[Probe, ...] = tuple(probes)
+        self._ignore_in_probes(self.episodes_path)
         self._cassette = (
             replay
             if isinstance(replay, Cassette) or replay is None
@@ -405,6 +406,13 @@ class Sandbox:
             await self._start_proxy(self._stack, self.egress)
         return self
 
+    def _ignore_in_probes(self, path: str | os.PathLike[str]) -> None:
+        """Our own files are not the tools' effects: probes that watch paths skip them."""
+        for probe in self.probes:
+            ignore = getattr(probe, "ignore", None)
+            if callable(ignore):
+                ignore(path)
+
     async def _start_proxy(self, stack: AsyncExitStack, probe: EgressProbe) -> None:
         strict_ok, why = (False, "disabled (strict_egress=False)")
         if self.strict_egress is not False:
@@ -415,6 +423,7 @@ class Sandbox:
             functools.partial(tempfile.mkdtemp, prefix="litmus-egress-")
         )
         stack.callback(shutil.rmtree, sock_dir, True)
+        self._ignore_in_probes(sock_dir)
         self._proxy = await stack.enter_async_context(
             ForwardProxy(probe.policy, probe.sink, unix_path=os.path.join(sock_dir, "proxy.sock"))
         )

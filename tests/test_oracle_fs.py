@@ -759,3 +759,36 @@ async def test_real_inotify_overflow_misses_nothing(root: Path) -> None:
     assert {e.op for e in effects} == {"created"}
     if any("overflow" in t for t in troubles):
         assert probe.stats["full_scans"] >= 1
+
+
+@pytest.mark.anyio
+async def test_sandbox_keeps_its_own_episode_stream_out_of_the_tripwires(tmp_path: Path) -> None:
+    """Recording into a tripwired folder is not an escape; a tool writing there is."""
+    from litmus_sandbox import Sandbox, ToolCallStep, read_episodes
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+
+    def leak() -> str:
+        (watched / "leaked.txt").write_text("x")
+        return "ok"
+
+    def tidy() -> str:
+        (root / "in.txt").write_text("y")
+        return "ok"
+
+    probe = FsProbe(root, tripwires=[watched])
+    episodes = watched / "episodes.jsonl"
+    sb = Sandbox(root=root, episodes=episodes, tools={"leak": leak, "tidy": tidy}, probes=[probe])
+    async with sb, sb.episode("c") as ep:
+        await ep.call("tidy")
+        await ep.call("leak")
+    (episode,) = read_episodes([episodes])
+    tidy_step, leak_step = (s for s in episode.steps if isinstance(s, ToolCallStep))
+    assert [f.code for f in tidy_step.findings] == []
+    assert [e.path for e in tidy_step.effects.fs] == ["in.txt"]
+    assert [f.code for f in leak_step.findings] == ["escape"]
+    assert episode.end is not None
+    assert episode.end.findings == ()

@@ -218,6 +218,14 @@ class FsProbe:
 
     # ------------------------------------------------------------ probe protocol
 
+    def ignore(self, path: PathLike) -> None:
+        """Keep ``path`` (outside the root) out of the tripwires from the next episode on.
+
+        The sandbox calls this for its own episode stream, so that recording into, say, the
+        system temp dir is never mistaken for an escape.
+        """
+        self._ignore.append(path)
+
     async def start(self) -> None:
         """Take the baseline of the root and the tripwires and start watching.
 
