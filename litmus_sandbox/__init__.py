@@ -9,6 +9,12 @@ from ._config import ScoringConfig as ScoringConfig
 from ._config import config_from_mapping as config_from_mapping
 from ._config import config_from_record as config_from_record
 from ._config import load_policy as load_policy
+from ._diff import Change as Change
+from ._diff import EpisodeDiff as EpisodeDiff
+from ._diff import diff_episodes as diff_episodes
+from ._divergence import ReplayReport as ReplayReport
+from ._divergence import check_episodes as check_episodes
+from ._divergence import report_from_log as report_from_log
 from ._errors import ConfigError as ConfigError
 from ._errors import JudgeError as JudgeError
 from ._errors import LitmusError as LitmusError
@@ -22,6 +28,7 @@ from ._gate import compare_case as compare_case
 from ._gate import gate as gate
 from ._gate import mcnemar_exact_p as mcnemar_exact_p
 from ._gate import step_diff as step_diff
+from ._jsonpath import differing_paths as differing_paths
 from ._policy import Policy as Policy
 from ._policy import Stub as Stub
 from ._policy import ToolPolicy as ToolPolicy
@@ -48,6 +55,11 @@ from ._records import StepVerdict as StepVerdict
 from ._records import ToolCallStep as ToolCallStep
 from ._records import Verdict as Verdict
 from ._replay import Cassette as Cassette
+from ._replay_match import CallRef as CallRef
+from ._replay_match import Divergence as Divergence
+from ._replay_match import ReplayOptions as ReplayOptions
+from ._replay_match import ReplaySession as ReplaySession
+from ._replay_match import Served as Served
 from ._rules import RulesJudge as RulesJudge
 from ._sandbox import EpisodeRecorder as EpisodeRecorder
 from ._sandbox import Sandbox as Sandbox
@@ -73,12 +85,16 @@ __version__ = "0.1.0"
 __all__ = [
     "SCHEMA_VERSION",
     "Actual",
+    "CallRef",
     "CaseResult",
     "Cassette",
+    "Change",
     "ConfigError",
+    "Divergence",
     "Effects",
     "EgressEvent",
     "Episode",
+    "EpisodeDiff",
     "EpisodeEnd",
     "EpisodeHeader",
     "EpisodeRecorder",
@@ -102,12 +118,16 @@ __all__ = [
     "Recorder",
     "RecorderId",
     "RefusalDetector",
+    "ReplayOptions",
+    "ReplayReport",
+    "ReplaySession",
     "ReplaySource",
     "RulesJudge",
     "Sandbox",
     "ScoreStats",
     "ScoringConfig",
     "ScoringPolicy",
+    "Served",
     "Shown",
     "StepJudgment",
     "StepVerdict",
@@ -119,10 +139,13 @@ __all__ = [
     "Verdict",
     "VerdictCache",
     "VerdictStream",
+    "check_episodes",
     "compare_case",
     "config_from_mapping",
     "config_from_record",
     "coverage",
+    "diff_episodes",
+    "differing_paths",
     "gate",
     "iter_episodes",
     "load_policy",
@@ -130,6 +153,7 @@ __all__ = [
     "read_episodes",
     "read_policy_file",
     "read_verdicts",
+    "report_from_log",
     "score_episode",
     "score_episodes",
     "score_files",

@@ -2,7 +2,8 @@
 
 Exit codes: 0 nothing blocks; 1 at least one REGRESSION; 4 no regression but unresolved
 cases (unless ``--allow-unresolved``); 2 bad usage or unreadable input, reported as one
-line naming the file and line, never a traceback.
+line naming the file and line, never a traceback. ``replay --check`` and ``diff`` (in
+``_replay_cli.py``) exit 1 on a divergence or a difference.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._errors import LitmusError
 from ._exclusions import load_exclusions
 from ._gate import gate
 from ._records import PolicyRecord
+from ._replay_cli import add_parsers as add_replay_parsers
 from ._scorer import ScoreStats, covered_keys, score_episode
 from ._store import ReadWarning, VerdictStream, iter_episodes, read_verdicts, write_verdicts
 
@@ -312,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cache_flags(p)
     p.set_defaults(func=cmd_rebaseline)
+    add_replay_parsers(sub)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
     p = sub.add_parser(
         "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"

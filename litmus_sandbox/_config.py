@@ -25,8 +25,9 @@ A policy file::
     [oracle]
     forbidden_findings = ["escape", "stub_leak"]
 
-Unknown keys are rejected with the key's path. The ``[tools]`` table belongs to the
-sandbox runtime and is accepted here unread, so one file can serve both.
+Unknown keys are rejected with the key's path. The ``[tools]``, ``[egress]`` and
+``[replay]`` tables belong to the sandbox runtime and are accepted here unread, so one
+file can serve both.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class PolicyFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     oracle: OracleConfig = OracleConfig()
     tools: dict[str, Any] = {}
     egress: dict[str, Any] = {}
+    replay: dict[str, Any] = {}
 
 
 # ---------------------------------------------------------------- python judges

@@ -8,7 +8,9 @@ A policy maps tool names (exact, or glob patterns tried in the order written) to
 * ``swallow`` - run it (or drop it, ``run = false``) and show the agent ``shown`` (empty by
   default) instead of what happened; both are recorded;
 * ``deny`` - do not run it; tell the agent so with ``message``;
-* ``replay`` - serve the result from a recorded episode.
+* ``replay`` - serve the result from a recorded episode; ``order``, ``on_miss`` and
+  ``ignore`` (argument paths) say how calls are matched and what a miss does (defaults
+  from the ``[replay]`` table; see ``_replay_match.py``).
 
 The same TOML file serves the scorer (``[scoring]``, ``[judge]``...) and the sandbox::
 
@@ -17,20 +19,29 @@ The same TOML file serves the scorer (``[scoring]``, ``[judge]``...) and the san
     "send_*" = { mode = "stub", result = "sent" }
     "delete_*" = { mode = "deny", message = "not allowed in this sandbox" }
     "flaky_api" = { mode = "swallow", shown = "" }
+    "search" = { mode = "replay", on_miss = "spy", ignore = ["$.request_id"] }
+
+    [replay]                     # defaults of every replayed tool
+    order = "any"                # or "strict", "per_tool"
+    on_miss = "error"            # or "spy", "record-new"
+    ignore = ["$._meta"]         # per-tool ignore paths add to these
 """
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from ._errors import ConfigError
+from ._jsonpath import parse_path
 from ._policy_file import read_policy_file
 from ._records import TOOL_MODES
+from ._replay_match import ON_MISS, ORDERS, ReplayOptions, replay_options
 
 DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
 
@@ -55,12 +66,29 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     run: bool = True
     timeout: float | None = None
     source: str | None = None
+    #: Replay options (``mode = "replay"`` only); None takes the ``[replay]`` default.
+    order: str | None = None
+    on_miss: str | None = None
+    ignore: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in TOOL_MODES:
             raise ConfigError(f"unknown tool mode {self.mode!r} (one of {', '.join(TOOL_MODES)})")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError("a tool timeout must be positive")
+        given = [k for k in ("order", "on_miss", "ignore") if getattr(self, k) is not None]
+        if given and self.mode != "replay":
+            raise ConfigError(
+                f"{', '.join(given)} apply to mode = 'replay' only, not {self.mode!r}"
+            )
+        if self.order is not None and self.order not in ORDERS:
+            raise ConfigError(f"unknown replay order {self.order!r} (one of {', '.join(ORDERS)})")
+        if self.on_miss is not None and self.on_miss not in ON_MISS:
+            raise ConfigError(
+                f"unknown replay on_miss {self.on_miss!r} (one of {', '.join(ON_MISS)})"
+            )
+        for path in self.ignore or ():
+            parse_path(path)
 
 
 def _coerce(value: ToolPolicy | str | Mapping[str, Any], where: str) -> ToolPolicy:
@@ -75,7 +103,17 @@ def _coerce(value: ToolPolicy | str | Mapping[str, Any], where: str) -> ToolPoli
 
 
 class Policy:
-    """Tool name -> :class:`ToolPolicy`, with a default for tools nobody named."""
+    """Tool name -> :class:`ToolPolicy`, with a default for tools nobody named.
+
+    Args:
+        tools: tool name or glob -> policy (a mode string, a mapping, a ToolPolicy).
+        default: the policy of tools nobody named.
+        source: where the policy came from, for error messages.
+        replay: the ``[replay]`` defaults of replayed tools (order, on_miss, ignore).
+
+    Raises:
+        ConfigError: unknown modes, keys or values.
+    """
 
     def __init__(
         self,
@@ -83,7 +121,11 @@ class Policy:
         *,
         default: ToolPolicy | str = "real",
         source: str = "policy",
+        replay: ReplayOptions | Mapping[str, Any] | None = None,
     ) -> None:
+        self.source = source
+        self.replay = replay_options(replay, f"{source}: [replay]")
+        self._replay_cache: dict[str, ReplayOptions | None] = {}
         self.default = _coerce(default, f"{source}: [tools] default")
         self._exact: dict[str, ToolPolicy] = {}
         self._globs: list[tuple[str, ToolPolicy]] = []
@@ -95,11 +137,22 @@ class Policy:
                 self._exact[name] = tp
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> Policy:
-        """Build from a ``[tools]`` table (``default`` is the default mode)."""
+    def from_mapping(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        source: str = "policy",
+        replay: ReplayOptions | Mapping[str, Any] | None = None,
+    ) -> Policy:
+        """Build from a ``[tools]`` table (``default`` is the default mode) and,
+        optionally, a ``[replay]`` table.
+
+        Raises:
+            ConfigError: unknown modes, keys or values.
+        """
         tools = dict(data)
         default = tools.pop("default", "real")
-        return cls(tools, default=default, source=source)
+        return cls(tools, default=default, source=source, replay=replay)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
@@ -109,10 +162,58 @@ class Policy:
             ConfigError: unreadable file, bad TOML, unknown keys or modes.
         """
         p = os.fspath(path)
-        tools = read_policy_file(p).get("tools", {})
+        data = read_policy_file(p)
+        tools = data.get("tools", {})
         if not isinstance(tools, dict):
             raise ConfigError(f"{p}: [tools] must be a table")
-        return cls.from_mapping(tools, source=p)
+        replay = data.get("replay")
+        if replay is not None and not isinstance(replay, dict):
+            raise ConfigError(f"{p}: [replay] must be a table")
+        return cls.from_mapping(tools, source=p, replay=replay)
+
+    def with_replay(
+        self,
+        *,
+        order: str | None = None,
+        on_miss: str | None = None,
+        ignore: Sequence[str] = (),
+    ) -> Policy:
+        """A copy whose ``[replay]`` defaults are overridden (``ignore`` paths are added).
+
+        Raises:
+            ConfigError: an unknown order or on_miss, an unreadable path.
+        """
+        out = copy.copy(self)
+        out.replay = ReplayOptions(
+            order=order or self.replay.order,
+            on_miss=on_miss or self.replay.on_miss,
+            ignore=(*self.replay.ignore, *ignore),
+        )
+        out._replay_cache = {}
+        return out
+
+    def replay_options(self, name: str) -> ReplayOptions | None:
+        """How calls of ``name`` are replayed: None unless its mode is ``replay``.
+
+        A tool's own ``order`` and ``on_miss`` win over the ``[replay]`` defaults; its
+        ``ignore`` paths are added to the default ones.
+        """
+        if name in self._replay_cache:
+            return self._replay_cache[name]
+        tp = self.for_tool(name)
+        opts = None
+        if tp.mode == "replay":
+            opts = ReplayOptions(
+                order=tp.order or self.replay.order,
+                on_miss=tp.on_miss or self.replay.on_miss,
+                ignore=(*self.replay.ignore, *(tp.ignore or ())),
+            )
+        self._replay_cache[name] = opts
+        return opts
+
+    def entries(self) -> list[tuple[str, ToolPolicy]]:
+        """Every (name or glob, policy) the policy names, then ``("default", ...)``."""
+        return [*self._exact.items(), *self._globs, ("default", self.default)]
 
     def for_tool(self, name: str) -> ToolPolicy:
         """The policy in force for ``name``: exact name, then the first matching glob, then default."""

@@ -9,7 +9,7 @@ from typing import Any
 from ._errors import ConfigError
 
 #: Top-level tables a policy file may have; anything else is a typo worth reporting.
-SECTIONS = frozenset({"tools", "scoring", "refusal", "judge", "oracle", "egress"})
+SECTIONS = frozenset({"tools", "scoring", "refusal", "judge", "oracle", "egress", "replay"})
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:

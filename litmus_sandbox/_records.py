@@ -224,6 +224,8 @@ class EpisodeEnd(msgspec.Struct, frozen=True, kw_only=True, tag="end", tag_field
     #: Effects that no call explains (seen by the end-of-episode verification pass).
     unattributed: Effects = Effects()
     findings: tuple[Finding, ...] = ()
+    #: Facts known only at the end (e.g. ``replay``: the recorded calls left unused).
+    meta: dict[str, Any] = {}
 
 
 class Episode(msgspec.Struct, frozen=True, kw_only=True):

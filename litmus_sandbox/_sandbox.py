@@ -33,6 +33,7 @@ import anyio
 import httpx
 import msgspec
 
+from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
 from ._errors import ConfigError
 from ._policy import Policy, Stub, ToolPolicy
 from ._records import (
@@ -49,6 +50,7 @@ from ._records import (
     ToolCallStep,
 )
 from ._replay import Cassette
+from ._replay_match import Divergence, ReplaySession, Served
 from ._store import JsonlWriter
 from .oracles._probe import Probe
 from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
@@ -112,6 +114,21 @@ class EpisodeRecorder:
         self._in_flight: set[str] = set()
         self._overlapped: set[str] = set()
         self._unattributed: list[Effects] = []
+        self._replay: ReplaySession | None = None
+        self._replay_sources: tuple[str, ...] = ()
+        #: Facts learnt during the episode that go in its ``end`` record's ``meta``
+        #: (adapters use it for what they learn after the header is written).
+        self.end_meta: dict[str, Any] = {}
+
+    def replay_report(self) -> ReplayReport | None:
+        """How this episode has followed its recording so far (None: nothing replayed).
+
+        Unused recorded calls are final only once the episode has ended; the sandbox
+        then keeps the report in ``sandbox.replay_reports[episode_id]``.
+        """
+        if self._replay is None:
+            return None
+        return report_of(self._replay, self.episode_id, self.header.case_id, self._replay_sources)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -234,6 +251,8 @@ class EpisodeRecorder:
         if sandbox.probes:
             step = await self._probes_after(call_id, step)
         step = msgspec.structs.replace(step, index=self._index())
+        if self._replay is not None and isinstance(facts := step.meta.get(META_KEY), dict):
+            self._replay.note_step(facts["call"], step.index)
         if finalize is not None:
             step = finalize(step)
         await self._write(step)
@@ -300,9 +319,13 @@ class Sandbox:
         max_result_bytes: results larger than this are capped in the record, with their
             size and sha256.
         replay: recorded episodes (paths or a :class:`Cassette`) that serve the tools whose
-            policy mode is ``replay``.
+            policy mode is ``replay``. Each episode replays the recorded episode of its
+            case (see ``Cassette.session``); ``record-new`` misses are appended to the
+            first file. ``replay_reports`` keeps each ended episode's
+            :class:`ReplayReport`.
         probes: side-effect oracles (filesystem, egress, state...) that observe every call.
-        egress: an egress policy (or the ``[egress]`` table as a mapping): adds an
+        egress: an egress policy (or the ``[egress]`` table as a mapping), or an
+            :class:`EgressProbe` (e.g. one that replays or records HTTP responses): adds an
             :class:`EgressProbe`, whose transport ``http_client()`` hands out, and a
             loopback forward proxy for the subprocess tools of ``ep.run``.
         strict_egress: run subprocess tools in their own network namespace whose only way
@@ -323,7 +346,7 @@ class Sandbox:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
         probes: Sequence[Probe] = (),
-        egress: EgressPolicy | Mapping[str, Any] | None = None,
+        egress: EgressPolicy | EgressProbe | Mapping[str, Any] | None = None,
         strict_egress: bool | None = None,
     ) -> None:
         self.root = Path(root)
@@ -342,7 +365,10 @@ class Sandbox:
         self.max_result_bytes = max_result_bytes
         self._writer: JsonlWriter | None = None
         self.egress: EgressProbe | None = None
-        if egress is not None:
+        if isinstance(egress, EgressProbe):
+            self.egress = egress
+            probes = [*probes, self.egress]
+        elif egress is not None:
             ep_policy = (
                 egress
                 if isinstance(egress, EgressPolicy)
@@ -359,8 +385,10 @@ class Sandbox:
         self._cassette = (
             replay
             if isinstance(replay, Cassette) or replay is None
-            else Cassette.from_files(replay)
+            else Cassette.from_files(replay, fsync=fsync)
         )
+        #: Episode id -> how that episode followed its recording (replayed episodes).
+        self.replay_reports: dict[str, ReplayReport] = {}
 
     # ------------------------------------------------------------ tools
 
@@ -443,6 +471,8 @@ class Sandbox:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._cassette is not None:
+            self._cassette.close()
 
     def _write_now(self, record: msgspec.Struct) -> None:
         if self._writer is None:
@@ -468,6 +498,12 @@ class Sandbox:
         meta: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[EpisodeRecorder]:
         """Record one episode of ``case_id``; closed ``complete`` or ``aborted``."""
+        session: ReplaySession | None = None
+        sources: tuple[str, ...] = ()
+        header_meta = dict(meta or {})
+        if self._cassette is not None:
+            session, sources = self._cassette.session(case_id, self.policy.replay_options)
+            header_meta.setdefault(META_KEY, {"sources": list(sources)})
         header = EpisodeHeader(
             v=SCHEMA_VERSION,
             episode_id=episode_id or uuid.uuid4().hex,
@@ -482,12 +518,13 @@ class Sandbox:
             ),
             tool_modes=self.policy.modes(list(self._tools)),
             oracles={p.name: _describe(p, self) for p in self.probes},
-            meta=dict(meta or {}),
+            meta=header_meta,
         )
         for probe in self.probes:
             await probe.start()
         await self._write(header)
         ep = EpisodeRecorder(self, header)
+        ep._replay, ep._replay_sources = session, sources
         status, reason = "complete", None
         try:
             yield ep
@@ -504,6 +541,12 @@ class Sandbox:
                 unattributed, findings = (
                     await ep._probes_finish() if self.probes else (Effects(), ())
                 )
+                end_meta: dict[str, Any] = dict(ep.end_meta)
+                if session is not None and self._cassette is not None:
+                    report = report_of(session, ep.episode_id, case_id, sources)
+                    self.replay_reports[ep.episode_id] = report
+                    end_meta[META_KEY] = summary_meta(report)
+                    self._cassette.finish(ep.episode_id)
                 await self._write(
                     EpisodeEnd(
                         v=SCHEMA_VERSION,
@@ -514,6 +557,7 @@ class Sandbox:
                         at=datetime.now(UTC).isoformat(),
                         unattributed=unattributed,
                         findings=findings,
+                        meta=end_meta,
                     )
                 )
 
@@ -605,25 +649,79 @@ class Sandbox:
             content, structured, meta = _to_content(value, cap)
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":
-            if self._cassette is None:
+            session = ep._replay
+            if session is None or self._cassette is None:
                 raise ConfigError(
                     f"tool {tool!r} is in replay mode, but the sandbox has no recorded "
                     "episodes to serve it from (Sandbox(replay=...))"
                 )
-            hit = self._cassette.take(tool, args)
-            if hit is None:
-                miss = f"no recorded call of {tool!r} matches these arguments"
-                return step(
-                    "replayed",
-                    Shown(content=({"type": "text", "text": miss},), is_error=True),
-                    Actual(outcome="not_run"),
-                    {"replay_miss": True},
+            outcome = session.match(tool, args)
+            if isinstance(outcome, Served):
+                recorded = outcome.recorded
+                return msgspec.structs.replace(
+                    step("replayed", recorded.shown),
+                    source=ReplaySource(episode_id=recorded.episode_id, step=recorded.index),
                 )
-            source_episode, recorded = hit
-            served = step("replayed", recorded.shown)
-            return msgspec.structs.replace(
-                served, source=ReplaySource(episode_id=source_episode, step=recorded.index)
+            return await self._replay_miss(ep, outcome, call_id, tool, args, tp, started, runner)
+        return await self._execute(step, tool, args, tp, runner)
+
+    async def _replay_miss(
+        self,
+        ep: EpisodeRecorder,
+        miss: Divergence,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        tp: ToolPolicy,
+        started: float,
+        runner: Runner | None,
+    ) -> ToolCallStep:
+        """A call the recording cannot serve: an error the agent sees, or a real call."""
+        assert ep._replay is not None
+        assert self._cassette is not None
+        opts = ep._replay.options(tool)
+        on_miss = opts.on_miss if opts is not None else "error"
+        # Every miss is a divergence, whatever the agent is shown: it rides on the step.
+        facts: dict[str, Any] = {
+            "call": miss.call,
+            "on_miss": on_miss,
+            "divergence": msgspec.to_builtins(miss),
+        }
+        if on_miss == "error":
+            text = f"litmus-sandbox replay: no recorded call of {tool!r} serves this call ({miss.reason})"
+            return ToolCallStep(
+                v=SCHEMA_VERSION,
+                episode_id=ep.episode_id,
+                index=-1,
+                call_id=call_id,
+                tool=tool,
+                args=args,
+                fidelity="replayed",
+                shown=Shown(content=({"type": "text", "text": text},), is_error=True),
+                actual=Actual(outcome="not_run"),
+                started_at=started,
+                ended_at=time.time(),
+                meta={META_KEY: facts},
             )
+        # spy and record-new: the call runs for real, and is recorded as such.
+        real = await self._perform(
+            ep, call_id, tool, args, ToolPolicy(mode="real", timeout=tp.timeout), started, runner
+        )
+        if on_miss == "record-new":
+            where = self._cassette.record(ep.header, ep._replay_sources, real)
+            facts["recorded_as"] = msgspec.to_builtins(where)
+        return msgspec.structs.replace(real, meta={**real.meta, META_KEY: facts})
+
+    async def _execute(
+        self,
+        step: Callable[..., ToolCallStep],
+        tool: str,
+        args: dict[str, Any],
+        tp: ToolPolicy,
+        runner: Runner | None,
+    ) -> ToolCallStep:
+        """Run the tool (``real`` and ``swallow`` modes)."""
+        cap = self.max_result_bytes
         swallow = tp.mode == "swallow"
         placeholder, pmeta = _to_content(tp.shown, cap)[0::2] if swallow else ((), {})
         if swallow and not tp.run:
@@ -641,6 +739,7 @@ class Sandbox:
         timeout = tp.timeout if tp.timeout is not None else self.timeout
         outcome = await _run_tool(fn, args, timeout)
         if outcome.kind == "returned":
+            meta: dict[str, Any]
             if isinstance(outcome.value, Shown):
                 content, structured, meta = outcome.value.content, outcome.value.structured, {}
                 if not swallow:

@@ -19,6 +19,7 @@ from litmus_sandbox import ConfigError, Policy, read_policy_file
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
+from ._replay_server import ReplayServer
 from ._stdio import StdioProxy
 
 DEFAULT_EPISODES = "litmus-mcp.episodes.jsonl"
@@ -27,6 +28,14 @@ T = TypeVar("T")
 USAGE_EPILOG = """\
 stdio:  litmus-sandbox proxy mcp [options] -- SERVER_COMMAND...
 HTTP:   litmus-sandbox proxy mcp [options] --listen 127.0.0.1:PORT --upstream URL
+replay: litmus-sandbox proxy mcp [options] --replay EPISODES   (no server at all)
+
+With --replay and no server command, the recorded session is served over stdio with no
+server: initialize, server/discover and tools/list get the recorded server's answers
+(the stdio proxy records them; else a minimal synthesized answer: the tools the
+recording called, without schemas or descriptions),
+tools/call gets the recorded results; a call the recording cannot serve gets an isError
+result and a divergence on its step (`litmus-sandbox replay --check EPISODES` reports it).
 
 The case id comes from --case-id, else from _meta["litmus/case_id"] on the client's
 first requests (initialize, server/discover, tools/call), else "mcp-session".
@@ -86,7 +95,25 @@ def add_parser(sub: Any) -> None:
         metavar="EPISODES",
         action="append",
         default=[],
-        help="recorded episodes serving tools in replay mode (default mode replay if no --policy)",
+        help="recorded episodes serving tools in replay mode (default mode replay if no "
+        "--policy); with no server command, the whole session is served from them",
+    )
+    p.add_argument(
+        "--replay-order",
+        choices=["strict", "per_tool", "any"],
+        help="how replayed calls match the recording (overrides [replay] order; default any)",
+    )
+    p.add_argument(
+        "--replay-on-miss",
+        choices=["error", "spy", "record-new"],
+        help="what a call the recording cannot serve does (overrides [replay] on_miss)",
+    )
+    p.add_argument(
+        "--replay-ignore",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="an argument path that never matters when matching, e.g. '$._meta' (repeatable)",
     )
     p.add_argument("--fsync", action="store_true", help="fsync every record")
     p.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here")
@@ -123,10 +150,21 @@ def _egress(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _policy(args: argparse.Namespace) -> Policy | None:
+    tuning = args.replay_order or args.replay_on_miss or args.replay_ignore
+    if tuning and not args.replay:
+        raise ConfigError("--replay-order, --replay-on-miss and --replay-ignore need --replay")
     if args.policy:
-        return Policy.from_file(args.policy)
-    # Replay with no policy file means: serve every tool from the recordings.
-    return Policy(default="replay") if args.replay else None
+        policy = Policy.from_file(args.policy)
+    elif args.replay:
+        # Replay with no policy file means: serve every tool from the recordings.
+        policy = Policy(default="replay")
+    else:
+        return None
+    if tuning:
+        policy = policy.with_replay(
+            order=args.replay_order, on_miss=args.replay_on_miss, ignore=args.replay_ignore
+        )
+    return policy
 
 
 def _probes(args: argparse.Namespace, root: Path) -> list[Probe]:
@@ -160,7 +198,7 @@ async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _serve_stdio(proxy: StdioProxy) -> int:
+async def _serve_stdio(proxy: StdioProxy | ReplayServer) -> int:
     code = 130
     async with anyio.create_task_group() as tg:
         # A signal ends the session early: the episode is recorded as aborted (cancelled).
@@ -224,8 +262,26 @@ def run(args: argparse.Namespace) -> int:
         http = HttpProxy(args.upstream, **common)
         _run(_serve_http, http, host, port)
         return 0
+    if not command and args.replay:
+        if args.env:
+            raise ConfigError("--env applies to a server the proxy starts; replay starts none")
+        server = ReplayServer(
+            args.replay,
+            **{k: common[k] for k in ("episodes", "policy", "root", "case_id", "agent", "probes")},
+            fsync=args.fsync,
+        )
+        served: int = _run(_serve_stdio, server)
+        print(
+            f"litmus-sandbox: server-less replay of {', '.join(args.replay)} "
+            f"recorded in {args.episodes}",
+            file=sys.stderr,
+        )
+        return served
     if not command:
-        raise ConfigError("no MCP server command: put it after --, or use --listen/--upstream")
+        raise ConfigError(
+            "no MCP server command: put it after --, use --listen/--upstream, "
+            "or serve a recording with --replay EPISODES"
+        )
     egress = _egress(args)
     if egress is not None:
         print(

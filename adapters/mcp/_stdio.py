@@ -61,6 +61,7 @@ from ._jsonrpc import (
     tool_call_of,
 )
 from ._recording import CallState, UpstreamGone
+from ._replay_server import RECORDED_METHODS
 
 PathLike = str | os.PathLike[str]
 
@@ -218,6 +219,10 @@ class _Session:
         self._progress: dict[tuple[str, Any], CallState] = {}
         self._unforwarded: set[tuple[str, Any]] = set()
         self._abandoned: set[tuple[str, Any]] = set()
+        #: initialize / server/discover / tools/list requests awaiting the server's answer
+        #: (key -> method): the answers go in the header, for server-less replay.
+        self._handshake: dict[tuple[str, Any], str] = {}
+        self._answers: dict[str, Any] = {}
         self._idle = anyio.Event()
         self._idle.set()
         self._stdout_eof = anyio.Event()
@@ -300,6 +305,8 @@ class _Session:
                 await self._refuse(msg.id)
                 return
             self._requests[id_key(msg.id)] = msg.id
+            if msg.method in RECORDED_METHODS and len(self._answers) < len(RECORDED_METHODS):
+                self._handshake[id_key(msg.id)] = str(msg.method)
         elif msg.kind == "notification":
             rid = cancelled_request_of(msg)
             if rid is not None:
@@ -419,6 +426,8 @@ class _Session:
                     self._abandoned.discard(key)
                     continue
                 self._requests.pop(key, None)
+                if self._handshake and (method := self._handshake.pop(key, None)) is not None:
+                    await self._keep_answer(method, line, msg.body)
             elif (
                 self._progress
                 and msg.method == "notifications/progress"
@@ -429,6 +438,24 @@ class _Session:
             await self._to_client(line)
         self._stdout_eof.set()
         self._server_gone.set()
+
+    async def _keep_answer(self, method: str, line: bytes, body: dict[str, Any] | None) -> None:
+        """Keep the server's first answer to ``method`` for server-less replay: in the
+        header's ``meta["mcp"]["server_answers"]``, or in the end record's when the
+        episode opened first (a client that pipelines its first requests)."""
+        result = body.get("result") if body is not None else None
+        if (
+            not isinstance(result, dict)
+            or method in self._answers
+            or len(line) > self._sandbox.max_result_bytes
+        ):
+            return
+        self._answers[method] = result
+        if not self._slot.opened:
+            self._slot.note("server_answers", dict(self._answers))
+        else:
+            ep = await self._slot.recorder()
+            ep.end_meta.setdefault("mcp", {})["server_answers"] = dict(self._answers)
 
     async def _watch_process(self) -> None:
         await self._process.wait()

@@ -13,7 +13,10 @@ the flow closes (``flow.done``). Two layers see traffic:
 
 * in process, :class:`EgressTransport` (and its sync twin :class:`SyncEgressTransport`)
   wraps any httpx transport, so tools that take an ``httpx`` client are observed without
-  leaving the process;
+  leaving the process; it can also record response bodies to an egress cassette
+  (``record=``) and serve allowed requests from one (``replay=``, see
+  ``_egress_replay.py``): served flows are recorded with decision ``replayed``, misses
+  with ``replay_miss``;
 * out of process, :class:`ForwardProxy` listens on loopback (and optionally a Unix socket)
   for subprocess tools pointed at it by :func:`proxy_env`; :func:`run_strict` runs a
   command in an empty network namespace whose only way out is that proxy.
@@ -51,6 +54,14 @@ import msgspec
 
 from .._errors import ConfigError
 from .._records import Effects, EgressEvent
+from ._egress_replay import (
+    REPLAY_ON_MISS,
+    HttpCassette,
+    HttpExchange,
+    HttpRecorder,
+    Replaying,
+    Tap,
+)
 
 EgressMode = Literal["allow", "deny", "stub"]
 EGRESS_MODES: tuple[str, ...] = ("allow", "deny", "stub")
@@ -368,20 +379,33 @@ class _CountingAsyncRequest(httpx.AsyncByteStream):
 
 
 class _CountingAsyncResponse(httpx.AsyncByteStream):
-    """Streams the body through, counting it; the flow closes with the stream."""
+    """Streams the body through, counting it (and feeding a recorder's tap); the flow
+    closes with the stream."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, flow: EgressFlow, sink: EgressSink) -> None:
-        self._inner, self._flow, self._sink = inner, flow, sink
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        flow: EgressFlow,
+        sink: EgressSink,
+        tap: Tap | None = None,
+    ) -> None:
+        self._inner, self._flow, self._sink, self._tap = inner, flow, sink, tap
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
             self._flow.response_bytes += len(chunk)
+            if self._tap is not None:
+                self._tap.feed(chunk)
             yield chunk
+        if self._tap is not None:
+            self._tap.complete = True
 
     async def aclose(self) -> None:
         try:
             await self._inner.aclose()
         finally:
+            if self._tap is not None:
+                self._tap.finish()
             _close(self._flow, self._sink)
 
 
@@ -405,6 +429,15 @@ class EgressTransport(httpx.AsyncBaseTransport):
         policy: the egress policy (everything allowed when None).
         sink: receives each flow when it opens and when it closes.
         transport: the transport allowed requests go to (``httpx.AsyncHTTPTransport()``).
+        replay: an egress cassette serving allowed requests by (method, URL); nothing
+            is connected for a served request (decision ``replayed``).
+        on_miss: a request the cassette cannot serve: ``error`` (a 502 with
+            ``x-litmus-sandbox: replay-miss``, decision ``replay_miss``) or ``forward``
+            (sent for real, and recorded when ``record`` is set).
+        record: records each forwarded response, body included, to an egress cassette.
+
+    Raises:
+        ConfigError: an unknown ``on_miss``.
     """
 
     def __init__(
@@ -413,10 +446,14 @@ class EgressTransport(httpx.AsyncBaseTransport):
         sink: EgressSink | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        replay: HttpCassette | None = None,
+        on_miss: str = "error",
+        record: HttpRecorder | None = None,
     ) -> None:
         self.policy = policy or EgressPolicy()
         self.sink = sink or _ignore
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._replaying = Replaying(replay, on_miss, record)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         seen = _Seen(request, self.policy)
@@ -430,6 +467,19 @@ class EgressTransport(httpx.AsyncBaseTransport):
                 return seen.canned(request)
             finally:
                 _close(flow, sink)
+        replaying = self._replaying
+        if replaying.replay is not None:
+            size = _fixed_length(request)
+            if size is not None:
+                flow.request_bytes = size
+            else:
+                # Read the body here: a served request never reaches a transport that would.
+                request.stream = httpx.ByteStream(await request.aread())
+                flow.request_bytes = len(request.content)
+            served = replaying.serve(request, flow)
+            if served is not None:
+                _close(flow, sink)
+                return served
         size = _fixed_length(request)
         if size is not None:
             flow.request_bytes = size
@@ -452,9 +502,11 @@ class EgressTransport(httpx.AsyncBaseTransport):
             # An in-memory body (mock transports) was read when the response was built:
             # httpx will not iterate or close its stream again, so count it now.
             flow.response_bytes = len(response.content)
+            replaying.in_memory(request, response)
             _close(flow, sink)
             return response
-        response.stream = _CountingAsyncResponse(response.stream, flow, sink)  # type: ignore[arg-type]
+        tap = replaying.record.tap(request, response) if replaying.record is not None else None
+        response.stream = _CountingAsyncResponse(response.stream, flow, sink, tap)  # type: ignore[arg-type]
         return response
 
     async def aclose(self) -> None:
@@ -472,25 +524,41 @@ class _CountingSyncRequest(httpx.SyncByteStream):
 
 
 class _CountingSyncResponse(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, flow: EgressFlow, sink: EgressSink) -> None:
-        self._inner, self._flow, self._sink = inner, flow, sink
+    def __init__(
+        self,
+        inner: httpx.SyncByteStream,
+        flow: EgressFlow,
+        sink: EgressSink,
+        tap: Tap | None = None,
+    ) -> None:
+        self._inner, self._flow, self._sink, self._tap = inner, flow, sink, tap
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
             self._flow.response_bytes += len(chunk)
+            if self._tap is not None:
+                self._tap.feed(chunk)
             yield chunk
+        if self._tap is not None:
+            self._tap.complete = True
 
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
+            if self._tap is not None:
+                self._tap.finish()
             _close(self._flow, self._sink)
 
 
 class SyncEgressTransport(httpx.BaseTransport):
     """The sync twin of :class:`EgressTransport`, for tools that use ``httpx.Client``.
 
-    The sink is then called from the tool's thread.
+    The sink is then called from the tool's thread. ``replay``, ``on_miss`` and
+    ``record`` work as in :class:`EgressTransport`.
+
+    Raises:
+        ConfigError: an unknown ``on_miss``.
     """
 
     def __init__(
@@ -499,10 +567,14 @@ class SyncEgressTransport(httpx.BaseTransport):
         sink: EgressSink | None = None,
         *,
         transport: httpx.BaseTransport | None = None,
+        replay: HttpCassette | None = None,
+        on_miss: str = "error",
+        record: HttpRecorder | None = None,
     ) -> None:
         self.policy = policy or EgressPolicy()
         self.sink = sink or _ignore
         self._inner = transport if transport is not None else httpx.HTTPTransport()
+        self._replaying = Replaying(replay, on_miss, record)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         seen = _Seen(request, self.policy)
@@ -515,6 +587,18 @@ class SyncEgressTransport(httpx.BaseTransport):
                 return seen.canned(request)
             finally:
                 _close(flow, sink)
+        replaying = self._replaying
+        if replaying.replay is not None:
+            size = _fixed_length(request)
+            if size is not None:
+                flow.request_bytes = size
+            else:
+                request.stream = httpx.ByteStream(request.read())
+                flow.request_bytes = len(request.content)
+            served = replaying.serve(request, flow)
+            if served is not None:
+                _close(flow, sink)
+                return served
         size = _fixed_length(request)
         if size is not None:
             flow.request_bytes = size
@@ -537,9 +621,11 @@ class SyncEgressTransport(httpx.BaseTransport):
             # An in-memory body (mock transports) was read when the response was built:
             # httpx will not iterate or close its stream again, so count it now.
             flow.response_bytes = len(response.content)
+            replaying.in_memory(request, response)
             _close(flow, sink)
             return response
-        response.stream = _CountingSyncResponse(response.stream, flow, sink)  # type: ignore[arg-type]
+        tap = replaying.record.tap(request, response) if replaying.record is not None else None
+        response.stream = _CountingSyncResponse(response.stream, flow, sink, tap)  # type: ignore[arg-type]
         return response
 
     def close(self) -> None:
@@ -569,12 +655,28 @@ class EgressProbe:
 
     Args:
         policy: the egress policy (everything allowed when None).
+        replay: an egress cassette its in-process transports serve from (the forward
+            proxy for subprocesses does not replay).
+        on_miss: ``error`` or ``forward`` (see :class:`EgressTransport`).
+        record: records the responses its in-process transports forward.
+
+    Raises:
+        ConfigError: an unknown ``on_miss``.
     """
 
     name = "egress"
 
-    def __init__(self, policy: EgressPolicy | None = None) -> None:
+    def __init__(
+        self,
+        policy: EgressPolicy | None = None,
+        *,
+        replay: HttpCassette | None = None,
+        on_miss: str = "error",
+        record: HttpRecorder | None = None,
+    ) -> None:
         self.policy = policy or EgressPolicy()
+        Replaying(replay, on_miss, record)  # validates on_miss now, not at first use
+        self.replay, self.on_miss, self.record = replay, on_miss, record
         self._lock = threading.Lock()
         self._flows: list[EgressFlow] = []
         self._windows: dict[str, list[float]] = {}  # call id -> [start, end or +inf]
@@ -592,11 +694,25 @@ class EgressProbe:
 
     def transport(self, inner: httpx.AsyncBaseTransport | None = None) -> EgressTransport:
         """An async transport that reports to this probe."""
-        return EgressTransport(self.policy, self.sink, transport=inner)
+        return EgressTransport(
+            self.policy,
+            self.sink,
+            transport=inner,
+            replay=self.replay,
+            on_miss=self.on_miss,
+            record=self.record,
+        )
 
     def sync_transport(self, inner: httpx.BaseTransport | None = None) -> SyncEgressTransport:
         """A sync transport that reports to this probe."""
-        return SyncEgressTransport(self.policy, self.sink, transport=inner)
+        return SyncEgressTransport(
+            self.policy,
+            self.sink,
+            transport=inner,
+            replay=self.replay,
+            on_miss=self.on_miss,
+            record=self.record,
+        )
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` whose traffic this probe sees (``transport=`` is wrapped)."""
@@ -605,7 +721,12 @@ class EgressProbe:
 
     def describe(self) -> dict[str, Any]:
         """What this probe enforces, for the episode header's ``oracles``."""
-        return {"policy": self.policy.describe()}
+        out: dict[str, Any] = {"policy": self.policy.describe()}
+        if self.replay is not None:
+            out["replay"] = {"on_miss": self.on_miss}
+        if self.record is not None:
+            out["record"] = str(self.record.path)
+        return out
 
     # -- the probe protocol
 
@@ -666,6 +787,8 @@ class EgressProbe:
             self._flows.clear()
             self._windows.clear()
         self._tokens.clear()
+        if self.record is not None:
+            self.record.close()
 
 
 # The proxy and strict mode build on the policy and flows above and are re-exported here,
@@ -701,6 +824,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "EGRESS_MODES",
+    "REPLAY_ON_MISS",
     "EgressFlow",
     "EgressMode",
     "EgressPolicy",
@@ -709,6 +833,9 @@ __all__ = [
     "EgressSink",
     "EgressTransport",
     "ForwardProxy",
+    "HttpCassette",
+    "HttpExchange",
+    "HttpRecorder",
     "SyncEgressTransport",
     "calling",
     "current_call",

@@ -1,0 +1,323 @@
+"""Server-less replay: serve a recorded MCP session over stdio with no MCP server at all.
+
+Theory of operation
+-------------------
+``litmus-sandbox proxy mcp --replay EPISODES`` with no server command runs a
+:class:`ReplayServer`: it reads the client's newline-delimited JSON-RPC and answers every
+request itself.
+
+* ``tools/call`` goes through the sandbox like any intercepted call, under a policy whose
+  default mode is ``replay``: a hit is answered with the server's recorded result (the
+  step's ``meta["mcp"]["upstream"]``, ``_meta`` included; rebuilt from what was shown when
+  the recording did not keep it), fidelity ``replayed`` with its source episode and step;
+  a miss gets an ``isError`` result and a divergence on the step. ``stub`` and ``deny`` tools are answered as usual. Modes that
+  need a server (``real``, ``swallow`` with ``run = true``, ``on_miss = "spy"`` or
+  ``"record-new"``) are refused when the replay starts.
+* ``initialize``, ``server/discover`` and ``tools/list`` are answered with what the real
+  server answered when the session was recorded: the stdio proxy keeps those answers in
+  the episode's ``meta["mcp"]["server_answers"]`` (in the header, or in the end record
+  when the episode opened before the answer came). A recording without them (the HTTP
+  proxy, a session killed before its end, a hand-written cassette) gets a minimal synthesized answer: an ``initialize`` echoing the
+  client's protocol version with the ``tools`` capability, a 2026-07-28 ``server/discover``,
+  and a ``tools/list`` of the tools the cassette called, each with an open
+  ``inputSchema`` and no description (a recording does not keep them).
+* ``ping`` is answered; other requests get "method not found"; notifications and answers
+  to requests the server never sent are ignored.
+
+The episode recorded for the session says ``meta["mcp"]["serverless_replay"] = true``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox, ToolCallStep
+from litmus_sandbox.oracles._probe import Probe
+
+from ._episodes import EpisodeSlot
+from ._fdstream import FdReceiveStream, FdSendStream, iter_lines
+from ._jsonrpc import (
+    PROTOCOL_VERSION_META_KEY,
+    Message,
+    case_id_of,
+    error_message,
+    parse,
+    protocol_version_of,
+    tool_call_of,
+)
+from ._recording import CallState, UpstreamGone
+
+PathLike = str | os.PathLike[str]
+
+#: Requests whose answers the stdio proxy records (``meta["mcp"]["server_answers"]``) and
+#: server-less replay serves.
+RECORDED_METHODS = frozenset({"initialize", "server/discover", "tools/list"})
+#: The revision a synthesized ``server/discover`` advertises (the stateless era).
+MODERN_VERSION = "2026-07-28"
+HANDSHAKE_VERSION = "2025-11-25"
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+PARSE_ERROR = -32700
+
+_encode = msgspec.json.Encoder()
+
+
+def needs_server(policy: Policy) -> list[str]:
+    """The policy entries a server-less replay cannot honour (empty when it can)."""
+    problems = []
+    for name, tp in policy.entries():
+        if tp.mode == "real" or (tp.mode == "swallow" and tp.run):
+            problems.append(f"{name!r} is in mode {tp.mode!r}")
+        elif tp.mode == "replay":
+            on_miss = tp.on_miss or policy.replay.on_miss
+            if on_miss != "error":
+                problems.append(f"{name!r} replays with on_miss = {on_miss!r}")
+    return problems
+
+
+def recorded_answers(cassette: Cassette, case_id: str | None) -> dict[str, Any]:
+    """The server answers kept in the cassette (header, then end ``meta["mcp"]
+    ["server_answers"]``); episodes of ``case_id`` first."""
+    eps = sorted(cassette.episodes, key=lambda ep: ep.case_id != case_id)
+    out: dict[str, Any] = {}
+    for ep in eps:
+        for meta in (ep.header.meta, ep.end.meta if ep.end is not None else {}):
+            mcp = meta.get("mcp")
+            answers = mcp.get("server_answers") if isinstance(mcp, dict) else None
+            if isinstance(answers, dict):
+                for method, result in answers.items():
+                    if method in RECORDED_METHODS and isinstance(result, dict):
+                        out.setdefault(method, result)
+    return out
+
+
+class ReplayServer:
+    """Answer an MCP client from recorded episodes, with no server behind.
+
+    Args:
+        replay: the recorded episodes (paths or a :class:`~litmus_sandbox.Cassette`).
+        episodes: the episode stream the replayed session is recorded to.
+        policy: per-tool fidelity (default: every tool ``replay``, misses are errors).
+        root: the sandbox root (default: cwd).
+        case_id: the episode's case id (else the client's ``_meta["litmus/case_id"]``);
+            it also picks the recorded episode that is replayed.
+        agent: recorded as the episode's ``agent``.
+        probes: side-effect oracles observing each call.
+        fsync: fsync every record.
+
+    Raises:
+        ConfigError: no recorded episode, or a policy that needs a server.
+        RecordDecodeError: an unreadable recording (named ``file:line``).
+    """
+
+    def __init__(
+        self,
+        replay: Sequence[PathLike] | Cassette,
+        *,
+        episodes: PathLike,
+        policy: Policy | PathLike | None = None,
+        root: PathLike | None = None,
+        case_id: str | None = None,
+        agent: str | None = None,
+        probes: Sequence[Probe] = (),
+        fsync: bool = False,
+    ) -> None:
+        cassette = (
+            replay if isinstance(replay, Cassette) else Cassette.from_files(replay, fsync=fsync)
+        )
+        if not cassette.episodes:
+            raise ConfigError("server-less replay: the recording holds no episode")
+        if policy is None:
+            policy = Policy(default="replay")
+        elif not isinstance(policy, Policy):
+            policy = Policy.from_file(policy)
+        if problems := needs_server(policy):
+            raise ConfigError(
+                "server-less replay (no server command) cannot run calls for real: "
+                + "; ".join(problems)
+            )
+        self.cassette = cassette
+        self.case_id = case_id
+        self.agent = agent
+        self._sandbox_kw: dict[str, Any] = {
+            "root": Path(root) if root is not None else Path.cwd(),
+            "episodes": episodes,
+            "policy": policy,
+            "probes": probes,
+            "replay": cassette,
+            "fsync": fsync,
+        }
+
+    async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:
+        """Serve one session until the client hangs up; returns 0."""
+        async with Sandbox(**self._sandbox_kw) as sandbox:
+            session = _Session(self, sandbox, client_out)
+            await session.run(client_in)
+        return 0
+
+    async def serve_stdio(self) -> int:
+        """Serve this process's stdin/stdout (the CLI's mode)."""
+        client_in, client_out = FdReceiveStream(0), FdSendStream(1)
+        try:
+            return await self.run(client_in, client_out)
+        finally:
+            await client_in.aclose()
+            await client_out.aclose()
+
+
+class _Session:
+    def __init__(self, server: ReplayServer, sandbox: Sandbox, client_out: ByteSendStream) -> None:
+        self._server = server
+        self._sandbox = sandbox
+        self._out = client_out
+        self._case_id = server.case_id
+        self._served: dict[str, Any] = {}
+        self._gone = False
+
+    async def run(self, client_in: ByteReceiveStream) -> None:
+        async with anyio.create_task_group() as outer:
+            self._slot = EpisodeSlot(
+                self._sandbox,
+                outer,
+                case_id=self._server.case_id,
+                agent=self._server.agent,
+                meta={"transport": "stdio", "serverless_replay": True},
+            )
+            try:
+                async for line in iter_lines(client_in):
+                    await self._handle(line)
+            finally:
+                await self._slot.close()
+
+    async def _send(self, data: bytes) -> None:
+        if self._gone:
+            return
+        try:
+            await self._out.send(data + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._gone = True  # keep reading: the episode still records what was asked
+
+    async def _handle(self, line: bytes) -> None:
+        msg = parse(line)
+        if msg.kind == "other":
+            if line.strip():
+                await self._send(error_message(None, PARSE_ERROR, "not a JSON-RPC message"))
+            return
+        if msg.kind != "request":
+            return  # notifications, and answers to requests this server never sends
+        if not self._slot.opened:
+            offered = case_id_of(msg)
+            self._slot.offer_case_id(offered, msg.method)
+            if self._case_id is None and offered:
+                self._case_id = offered
+            if (version := protocol_version_of(msg)) is not None:
+                self._slot.note("protocol_version", version)
+        call = tool_call_of(msg)
+        if call is not None:
+            await self._call(line, msg, *call)
+        elif msg.method == "tools/call":
+            await self._send(error_message(msg.id, INVALID_PARAMS, "tools/call needs a name"))
+        elif msg.method in RECORDED_METHODS:
+            await self._answer(msg)
+        elif msg.method == "ping":
+            await self._send(_result(msg.id, {}))
+        else:
+            text = f"litmus-sandbox: server-less replay has no answer for {msg.method!r}"
+            await self._send(error_message(msg.id, METHOD_NOT_FOUND, text))
+
+    async def _answer(self, msg: Message) -> None:
+        method = str(msg.method)
+        result = recorded_answers(self._server.cassette, self._case_id).get(method)
+        if result is None:
+            result = self._synthesize(method, msg)
+        elif "nextCursor" in result:
+            # Only a paginated list's first page is kept: ending the list there keeps a
+            # client from asking for the next page forever.
+            result = {k: v for k, v in result.items() if k != "nextCursor"}
+        if method not in self._served:
+            self._served[method] = result
+            # Kept like the proxy keeps a server's answers: a replay of this replay
+            # answers the same.
+            if not self._slot.opened:
+                self._slot.note("server_answers", dict(self._served))
+            else:
+                ep = await self._slot.recorder()
+                ep.end_meta.setdefault("mcp", {})["server_answers"] = dict(self._served)
+        await self._send(_result(msg.id, result))
+
+    def _synthesize(self, method: str, msg: Message) -> dict[str, Any]:
+        stateless = PROTOCOL_VERSION_META_KEY in msg.meta
+        caps = {"tools": {"listChanged": False}}
+        if method == "initialize":
+            asked = msg.params.get("protocolVersion") if msg.params is not None else None
+            return {
+                "protocolVersion": asked if isinstance(asked, str) else HANDSHAKE_VERSION,
+                "capabilities": caps,
+                "serverInfo": {"name": "litmus-sandbox-replay", "version": _version()},
+            }
+        cacheable = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+        if method == "server/discover":
+            return {"supportedVersions": [MODERN_VERSION], "capabilities": caps, **cacheable}
+        tools = [
+            {"name": name, "inputSchema": {"type": "object"}}
+            for name in self._server.cassette.tools()
+        ]
+        return {"tools": tools, **(cacheable if stateless else {})}
+
+    async def _call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
+        state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        ep = await self._slot.recorder()
+        cap = ep.sandbox.max_result_bytes
+
+        def finalize(step: ToolCallStep) -> ToolCallStep:
+            step = state.finalize(step, cap)
+            recorded = self._recorded_result(step)
+            if recorded is not None:
+                # The server's own result as recorded (its _meta, resultType...), not one
+                # rebuilt from what it showed: the client sees what it saw then.
+                state.reply = _result(state.request_id, recorded)
+                mcp = {**step.meta["mcp"], "reply": "recorded"}
+                step = msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
+            return step
+
+        await ep.call_with(_no_server, tool, args, finalize=finalize)
+        if state.reply_kind in ("result", "error"):
+            await self._send(state.reply)
+
+    def _recorded_result(self, step: ToolCallStep) -> dict[str, Any] | None:
+        """The recorded upstream result that serves a replayed step, if it was kept."""
+        if step.fidelity != "replayed" or step.source is None:
+            return None
+        recorded = self._server.cassette.step(step.source.episode_id, step.source.step)
+        mcp = recorded.meta.get("mcp") if recorded is not None else None
+        envelope = mcp.get("upstream") if isinstance(mcp, dict) else None
+        result = envelope.get("result") if isinstance(envelope, dict) else None
+        return result if isinstance(result, dict) else None
+
+
+async def _no_server(tool: str, args: dict[str, Any]) -> Any:
+    # Unreachable with a policy needs_server() accepted; kept so a call never hangs.
+    del args
+    raise UpstreamGone(f"server-less replay: there is no MCP server to run {tool!r}")
+
+
+def _result(request_id: Any, result: Any) -> bytes:
+    return _encode.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("litmus-sandbox")
+    except PackageNotFoundError:
+        return "0+unknown"
