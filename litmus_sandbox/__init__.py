@@ -22,11 +22,8 @@ from ._errors import NewerVersionError as NewerVersionError
 from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import UpstreamError as UpstreamError
 from ._gate import CaseResult as CaseResult
-from ._gate import GateReport as GateReport
 from ._gate import Reason as Reason
 from ._gate import compare_case as compare_case
-from ._gate import gate as gate
-from ._gate import mcnemar_exact_p as mcnemar_exact_p
 from ._gate import step_diff as step_diff
 from ._jsonpath import differing_paths as differing_paths
 from ._policy import Policy as Policy
@@ -63,7 +60,6 @@ from ._replay_match import Served as Served
 from ._rules import RulesJudge as RulesJudge
 from ._sandbox import EpisodeRecorder as EpisodeRecorder
 from ._sandbox import Sandbox as Sandbox
-from ._sandbox import ToolResult as ToolResult
 from ._scorer import ScoreStats as ScoreStats
 from ._scorer import score_episode as score_episode
 from ._scorer import score_episodes as score_episodes
@@ -79,6 +75,10 @@ from ._store import iter_episodes as iter_episodes
 from ._store import read_episodes as read_episodes
 from ._store import read_verdicts as read_verdicts
 from ._store import write_verdicts as write_verdicts
+from ._suite import GateReport as GateReport
+from ._suite import gate as gate
+from ._suite import mcnemar_exact_p as mcnemar_exact_p
+from ._tool_calls import ToolResult as ToolResult
 
 __version__ = "0.1.0"
 

@@ -20,11 +20,11 @@ from ._cache import VerdictCache
 from ._config import ScoringConfig, config_from_record, load_policy
 from ._errors import LitmusError
 from ._exclusions import load_exclusions
-from ._gate import gate
 from ._records import PolicyRecord
 from ._replay_cli import add_parsers as add_replay_parsers
 from ._scorer import ScoreStats, covered_keys, score_episode
 from ._store import ReadWarning, VerdictStream, iter_episodes, read_verdicts, write_verdicts
+from ._suite import gate
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_UNRESOLVED = 0, 1, 2, 4
 

@@ -27,13 +27,13 @@ import anyio
 from . import reports
 from ._cache import VerdictCache
 from ._config import ScoringConfig, load_policy
-from ._gate import gate
 from ._policy import Policy
 from ._records import Verdict
 from ._sandbox import EpisodeRecorder, Sandbox
 from ._scorer import ScoreStats, score_episodes
 from ._scoring import RefusalDetector
 from ._store import read_episodes, write_verdicts
+from ._suite import gate
 
 POLICY = """\
 # The demo's policy: how tools behave in the sandbox, and how episodes are scored.

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,14 @@ from ._records import (
 from ._replay import Cassette
 from ._replay_match import Divergence, ReplaySession, Served
 from ._store import JsonlWriter
+from ._tool_calls import (
+    FIDELITY_OF_MODE,
+    ToolResult,
+    capped_text,
+    run_tool,
+    shown_value,
+    to_content,
+)
 from .oracles._probe import Probe
 from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
 from .oracles.findings import call_findings, merge, unattributed_findings
@@ -59,47 +68,15 @@ from .oracles.findings import call_findings, merge, unattributed_findings
 #: Runs a call for real on behalf of an adapter: ``await runner(tool, args)``.
 Runner = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
+#: The episode open in the current task, for ``sandbox.run``.
+_CURRENT_EPISODE: ContextVar[EpisodeRecorder | None] = ContextVar(
+    "litmus_current_episode", default=None
+)
+
 RECORDER_NAME = "litmus-sandbox"
 #: Bumped only when *what is recorded* changes (the gate's recorder identity).
 MEASUREMENT_VERSION = "1"
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
-
-_json = msgspec.json.Encoder()
-
-
-class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What the agent is shown for a call: the value, its content blocks, an error flag."""
-
-    value: Any
-    content: tuple[dict[str, Any], ...]
-    is_error: bool = False
-    fidelity: str = "real"
-
-    @property
-    def text(self) -> str:
-        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
-
-
-def _to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, dict[str, Any]]:
-    """(content blocks, structured content, meta) for a tool's return value."""
-    meta: dict[str, Any] = {}
-    if value is None:
-        return (), None, meta
-    if isinstance(value, str):
-        text, structured = value, None
-    else:
-        try:
-            raw = _json.encode(value)
-            text, structured = raw.decode(), value
-        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError):
-            text, structured = repr(value), None
-            meta["repr_only"] = True
-    data = text.encode()
-    if len(data) > cap:
-        meta["capped"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        text = data[:cap].decode(errors="ignore")
-        structured = None
-    return ({"type": "text", "text": text},), structured, meta
 
 
 class EpisodeRecorder:
@@ -236,7 +213,7 @@ class EpisodeRecorder:
                     call_id=call_id,
                     tool=tool,
                     args=args,
-                    fidelity=_FIDELITY[tp.mode],  # type: ignore[arg-type]
+                    fidelity=FIDELITY_OF_MODE[tp.mode],  # type: ignore[arg-type]
                     shown=Shown(content=(), is_error=True),
                     actual=Actual(outcome="interrupted"),
                     started_at=started,
@@ -257,7 +234,7 @@ class EpisodeRecorder:
             step = finalize(step)
         await self._write(step)
         return ToolResult(
-            value=_shown_value(step),
+            value=shown_value(step),
             content=step.shown.content,
             is_error=step.shown.is_error,
             fidelity=step.fidelity,
@@ -289,21 +266,6 @@ class EpisodeRecorder:
         parts = [*self._unattributed, *[await p.finish() for p in self._sandbox.probes]]
         effects = merge(parts) if parts else Effects()
         return effects, unattributed_findings(effects)
-
-
-_FIDELITY = {
-    "real": "real",
-    "stub": "stubbed",
-    "swallow": "swallowed",
-    "deny": "denied",
-    "replay": "replayed",
-}
-
-
-def _shown_value(step: ToolCallStep) -> Any:
-    if step.shown.structured is not None:
-        return step.shown.structured
-    return step.shown.text() if step.shown.content else None
 
 
 class Sandbox:
@@ -413,6 +375,27 @@ class Sandbox:
         cannot be run in strict mode: they are recorded through the proxy variables.
         """
         return self._proxy.env() if self._proxy is not None else {}
+
+    async def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        name: str = "run",
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ToolResult:
+        """Run a subprocess tool, recorded in the episode open in this task (``ep.run``).
+
+        Raises:
+            ConfigError: no episode of this sandbox is open in the calling task.
+        """
+        ep = _CURRENT_EPISODE.get()
+        if ep is None or ep.sandbox is not self:
+            raise ConfigError(
+                "sandbox.run() records into the open episode: call it inside "
+                "'async with sandbox.episode(...)' (or use ep.run)"
+            )
+        return await ep.run(cmd, name=name, input=input, env=env)
 
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An httpx client whose every request is recorded and decided by the egress policy.
@@ -526,6 +509,7 @@ class Sandbox:
         ep = EpisodeRecorder(self, header)
         ep._replay, ep._replay_sources = session, sources
         status, reason = "complete", None
+        token = _CURRENT_EPISODE.set(ep)
         try:
             yield ep
         except BaseException as exc:
@@ -537,6 +521,7 @@ class Sandbox:
             )
             raise
         finally:
+            _CURRENT_EPISODE.reset(token)
             with anyio.CancelScope(shield=True):
                 unattributed, findings = (
                     await ep._probes_finish() if self.probes else (Effects(), ())
@@ -588,10 +573,10 @@ class Sandbox:
         out, err = done.stdout or b"", done.stderr or b""
         content: list[dict[str, Any]] = []
         if out:
-            content.append({"type": "text", "text": _capped_text(out, self.max_result_bytes)})
+            content.append({"type": "text", "text": capped_text(out, self.max_result_bytes)})
         if err:
             content.append(
-                {"type": "text", "text": "stderr: " + _capped_text(err, self.max_result_bytes)}
+                {"type": "text", "text": "stderr: " + capped_text(err, self.max_result_bytes)}
             )
         return Shown(
             content=tuple(content),
@@ -646,7 +631,7 @@ class Sandbox:
             value = tp.result.fn(**args) if isinstance(tp.result, Stub) else tp.result
             if inspect.isawaitable(value):
                 value = await value
-            content, structured, meta = _to_content(value, cap)
+            content, structured, meta = to_content(value, cap)
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":
             session = ep._replay
@@ -723,7 +708,7 @@ class Sandbox:
         """Run the tool (``real`` and ``swallow`` modes)."""
         cap = self.max_result_bytes
         swallow = tp.mode == "swallow"
-        placeholder, pmeta = _to_content(tp.shown, cap)[0::2] if swallow else ((), {})
+        placeholder, pmeta = to_content(tp.shown, cap)[0::2] if swallow else ((), {})
         if swallow and not tp.run:
             return step("swallowed", Shown(content=placeholder), Actual(outcome="dropped"), pmeta)
         fn: Callable[..., Any] | None
@@ -737,7 +722,7 @@ class Sandbox:
         if fn is None:
             raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
         timeout = tp.timeout if tp.timeout is not None else self.timeout
-        outcome = await _run_tool(fn, args, timeout)
+        outcome = await run_tool(fn, args, timeout)
         if outcome.kind == "returned":
             meta: dict[str, Any]
             if isinstance(outcome.value, Shown):
@@ -745,7 +730,7 @@ class Sandbox:
                 if not swallow:
                     return step("real", outcome.value)
             else:
-                content, structured, meta = _to_content(outcome.value, cap)
+                content, structured, meta = to_content(outcome.value, cap)
             if not swallow:
                 return step("real", Shown(content=content, structured=structured), meta=meta)
             actual = Actual(
@@ -769,45 +754,6 @@ class Sandbox:
             else f"{outcome.error_type}: {outcome.error_message}"
         )
         return step("real", Shown(content=({"type": "text", "text": text},), is_error=True), actual)
-
-
-class _Outcome(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str
-    value: Any = None
-    error_type: str | None = None
-    error_message: str | None = None
-
-
-async def _invoke(fn: Callable[..., Any], args: dict[str, Any]) -> _Outcome:
-    try:
-        if inspect.iscoroutinefunction(fn):
-            value = await fn(**args)
-        else:
-            # Sync tools run in a worker thread so the loop never blocks; on timeout the
-            # thread is abandoned (it cannot be interrupted) and the call recorded as such.
-            value = await anyio.to_thread.run_sync(
-                functools.partial(fn, **args), abandon_on_cancel=True
-            )
-            if inspect.isawaitable(value):
-                value = await value
-    except Exception as exc:
-        return _Outcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
-    return _Outcome(kind="returned", value=value)
-
-
-async def _run_tool(fn: Callable[..., Any], args: dict[str, Any], limit: float | None) -> _Outcome:
-    if limit is None:
-        return await _invoke(fn, args)  # no cancel scope on the hot path when unbounded
-    with anyio.move_on_after(limit):
-        return await _invoke(fn, args)
-    # Only reached when the timeout cancelled the call.
-    return _Outcome(
-        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
-    )
-
-
-def _capped_text(data: bytes, cap: int) -> str:
-    return data[:cap].decode(errors="replace")
 
 
 def _describe(probe: Probe, sandbox: Sandbox) -> Any:

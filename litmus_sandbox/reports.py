@@ -36,8 +36,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 import msgspec
 
-from ._gate import OUTCOMES, CaseResult, GateReport, step_diff
+from ._gate import OUTCOMES, CaseResult, step_diff
 from ._records import AnyVerdict, LegacyVerdict
+from ._suite import GateReport
 
 FORMATS = ("table", "json", "junit", "markdown")
 _RANK = {o: i for i, o in enumerate(OUTCOMES)}

@@ -294,3 +294,18 @@ async def test_call_with_runner_records_what_the_runner_shows(tmp_path: Path) ->
     assert broken.is_error
     assert "ConnectionError: upstream went away" in broken.text
     assert seen == [("read_file", {"path": "/etc/x"}), ("broken", {})]  # the stub never ran
+
+
+async def test_sandbox_run_records_into_the_open_episode(tmp_path: Path) -> None:
+    import sys
+
+    sb = make(tmp_path)
+    async with sb:
+        with pytest.raises(ConfigError, match="open episode"):
+            await sb.run([sys.executable, "-c", "print('x')"])
+        async with sb.episode("c"):
+            r = await sb.run([sys.executable, "-c", "import os; print(os.getcwd())"])
+    assert r.text.strip() == str(tmp_path / "root")
+    (step,) = calls(tmp_path)
+    assert step.tool == "run"
+    assert step.shown.structured["exit_code"] == 0

@@ -1,0 +1,112 @@
+"""Running one tool call and turning its outcome into what the agent is shown.
+
+Helpers of the sandbox: the result type agents get back, the conversion of any return
+value into MCP-style content blocks (JSON when it can, ``repr`` flagged when it cannot,
+capped with size and hash when huge), and the timed invocation of sync or async tools.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from ._records import ToolCallStep
+
+_json = msgspec.json.Encoder()
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent is shown for a call: the value, its content blocks, an error flag."""
+
+    value: Any
+    content: tuple[dict[str, Any], ...]
+    is_error: bool = False
+    fidelity: str = "real"
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+
+def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, dict[str, Any]]:
+    """(content blocks, structured content, meta) for a tool's return value."""
+    meta: dict[str, Any] = {}
+    if value is None:
+        return (), None, meta
+    if isinstance(value, str):
+        text, structured = value, None
+    else:
+        try:
+            raw = _json.encode(value)
+            text, structured = raw.decode(), value
+        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError):
+            text, structured = repr(value), None
+            meta["repr_only"] = True
+    data = text.encode()
+    if len(data) > cap:
+        meta["capped"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        text = data[:cap].decode(errors="ignore")
+        structured = None
+    return ({"type": "text", "text": text},), structured, meta
+
+
+FIDELITY_OF_MODE = {
+    "real": "real",
+    "stub": "stubbed",
+    "swallow": "swallowed",
+    "deny": "denied",
+    "replay": "replayed",
+}
+
+
+def shown_value(step: ToolCallStep) -> Any:
+    if step.shown.structured is not None:
+        return step.shown.structured
+    return step.shown.text() if step.shown.content else None
+
+
+class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+async def invoke_tool(fn: Callable[..., Any], args: dict[str, Any]) -> CallOutcome:
+    try:
+        if inspect.iscoroutinefunction(fn):
+            value = await fn(**args)
+        else:
+            # Sync tools run in a worker thread so the loop never blocks; on timeout the
+            # thread is abandoned (it cannot be interrupted) and the call recorded as such.
+            value = await anyio.to_thread.run_sync(
+                functools.partial(fn, **args), abandon_on_cancel=True
+            )
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as exc:
+        return CallOutcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
+    return CallOutcome(kind="returned", value=value)
+
+
+async def run_tool(
+    fn: Callable[..., Any], args: dict[str, Any], limit: float | None
+) -> CallOutcome:
+    if limit is None:
+        return await invoke_tool(fn, args)  # no cancel scope on the hot path when unbounded
+    with anyio.move_on_after(limit):
+        return await invoke_tool(fn, args)
+    # Only reached when the timeout cancelled the call.
+    return CallOutcome(
+        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
+    )
+
+
+def capped_text(data: bytes, cap: int) -> str:
+    return data[:cap].decode(errors="replace")
