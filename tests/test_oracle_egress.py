@@ -25,7 +25,7 @@ from anyio.streams.buffered import BufferedByteStream
 from anyio.streams.tls import TLSListener, TLSStream
 
 from litmus_sandbox import ConfigError, Effects, EgressEvent, UpstreamError
-from litmus_sandbox.oracles import _forward_proxy as fp
+from litmus_sandbox.oracles import _http_wire as wire
 from litmus_sandbox.oracles import _netns
 from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import (
@@ -259,7 +259,7 @@ def _records(handshake: bytes, *sizes: int) -> bytes:
 
 def test_sni_from_a_handcrafted_client_hello() -> None:
     hello = _records(_client_hello("API.Example.test", extra_ext=b"\x00\x0a\x00\x02\x00\x00"))
-    assert parse_sni(hello) == fp.TLSHello(True, True, "api.example.test")
+    assert parse_sni(hello) == wire.TLSHello(True, True, "api.example.test")
 
 
 def test_sni_reassembles_a_hello_split_across_records() -> None:
@@ -271,11 +271,11 @@ def test_sni_prefixes_ask_for_more_and_other_protocols_are_not_tls() -> None:
     hello = _records(_client_hello("x.test"))
     for cut in range(len(hello)):
         assert not parse_sni(hello[:cut]).complete, cut
-    assert parse_sni(b"GET / HTTP/1.1\r\n") == fp.TLSHello(True, False, None)
+    assert parse_sni(b"GET / HTTP/1.1\r\n") == wire.TLSHello(True, False, None)
     assert parse_sni(b"SSH-2.0-OpenSSH\r\n").tls is False
-    assert parse_sni(_records(_client_hello(None))) == fp.TLSHello(True, True, None)
+    assert parse_sni(_records(_client_hello(None))) == wire.TLSHello(True, True, None)
     garbage = b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\xff"
-    assert parse_sni(garbage) == fp.TLSHello(True, True, None)
+    assert parse_sni(garbage) == wire.TLSHello(True, True, None)
 
 
 def _real_hello(server_hostname: str | None) -> bytes:
@@ -292,48 +292,48 @@ def _real_hello(server_hostname: str | None) -> bytes:
 
 def test_sni_from_a_real_ssl_handshake() -> None:
     hello = _real_hello("service.litmus.test")
-    assert parse_sni(hello) == fp.TLSHello(True, True, "service.litmus.test")
+    assert parse_sni(hello) == wire.TLSHello(True, True, "service.litmus.test")
     assert not parse_sni(hello[: len(hello) // 2]).complete
-    assert parse_sni(_real_hello(None)) == fp.TLSHello(True, True, None)
+    assert parse_sni(_real_hello(None)) == wire.TLSHello(True, True, None)
 
 
 # ---------------------------------------------------------------- HTTP parsing
 
 
 def test_heads_refuse_smuggling_vectors() -> None:
-    with pytest.raises(fp.BadMessage):
-        fp.parse_head(b"GET http://a/ HTTP/1.1\r\nHost : a")
-    with pytest.raises(fp.BadMessage):
-        fp.parse_head(b"GET http://a/ HTTP/1.1\r\nX: 1\r\n folded")
-    both = fp.parse_head(
+    with pytest.raises(wire.BadMessage):
+        wire.parse_head(b"GET http://a/ HTTP/1.1\r\nHost : a")
+    with pytest.raises(wire.BadMessage):
+        wire.parse_head(b"GET http://a/ HTTP/1.1\r\nX: 1\r\n folded")
+    both = wire.parse_head(
         b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
     )
-    with pytest.raises(fp.BadMessage):
-        fp.request_framing(both)
-    two = fp.parse_head(b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4")
-    with pytest.raises(fp.BadMessage):
-        fp.request_framing(two)
+    with pytest.raises(wire.BadMessage):
+        wire.request_framing(both)
+    two = wire.parse_head(b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4")
+    with pytest.raises(wire.BadMessage):
+        wire.request_framing(two)
 
 
 def test_response_framing_follows_rfc9112() -> None:
-    head = fp.parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5")
-    assert fp.response_framing(b"GET", 200, head) == ("length", 5)
-    assert fp.response_framing(b"HEAD", 200, head) == ("none", 0)
-    assert fp.response_framing(b"GET", 204, head) == ("none", 0)
-    chunked = fp.parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked")
-    assert fp.response_framing(b"GET", 200, chunked) == ("chunked", 0)
-    bare = fp.parse_head(b"HTTP/1.0 200 OK\r\nServer: x")
-    assert fp.response_framing(b"GET", 200, bare) == ("close", 0)
+    head = wire.parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5")
+    assert wire.response_framing(b"GET", 200, head) == ("length", 5)
+    assert wire.response_framing(b"HEAD", 200, head) == ("none", 0)
+    assert wire.response_framing(b"GET", 204, head) == ("none", 0)
+    chunked = wire.parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked")
+    assert wire.response_framing(b"GET", 200, chunked) == ("chunked", 0)
+    bare = wire.parse_head(b"HTTP/1.0 200 OK\r\nServer: x")
+    assert wire.response_framing(b"GET", 200, bare) == ("close", 0)
 
 
 def test_targets_and_authorities() -> None:
-    assert fp.split_target("http://Example.COM/a?b=1") == ("example.com", 80, "/a?b=1")
-    assert fp.split_target("http://[::1]:8080") == ("::1", 8080, "/")
-    assert fp.split_authority("[::1]:443") == ("::1", 443)
-    with pytest.raises(fp.BadMessage):
-        fp.split_target("https://example.com/")
-    with pytest.raises(fp.BadMessage):
-        fp.split_authority("example.com")
+    assert wire.split_target("http://Example.COM/a?b=1") == ("example.com", 80, "/a?b=1")
+    assert wire.split_target("http://[::1]:8080") == ("::1", 8080, "/")
+    assert wire.split_authority("[::1]:443") == ("::1", 443)
+    with pytest.raises(wire.BadMessage):
+        wire.split_target("https://example.com/")
+    with pytest.raises(wire.BadMessage):
+        wire.split_authority("example.com")
 
 
 def test_proxy_env_covers_standard_and_tool_specific_variables() -> None:

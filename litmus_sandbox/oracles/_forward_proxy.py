@@ -35,9 +35,7 @@ import os
 import stat
 from collections.abc import Callable
 from contextlib import suppress
-from http import HTTPStatus
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 import anyio
 import msgspec
@@ -45,7 +43,25 @@ from anyio.abc import ByteSendStream, ByteStream, SocketAttribute, TaskGroup, Ta
 from anyio.streams.buffered import BufferedByteStream
 
 from .._errors import UpstreamError
-from .egress import EgressFlow, EgressPolicy, EgressSink, denied_body, normalize_host
+from ._http_wire import (
+    NO_FRAMING,
+    Abort,
+    BadMessage,
+    Framing,
+    Head,
+    UpstreamBad,
+    canned_response,
+    chunk_size,
+    parse_head,
+    parse_sni,
+    proxy_env,
+    report_decoder,
+    request_framing,
+    response_framing,
+    split_authority,
+    split_target,
+)
+from .egress import EgressFlow, EgressPolicy, EgressSink, denied_body
 
 _log = logging.getLogger("litmus_sandbox.egress")
 
@@ -75,307 +91,6 @@ _CLOSED = (
     anyio.ClosedResourceError,
     OSError,
 )
-
-# ---------------------------------------------------------------- pure parsing
-
-
-class BadMessage(Exception):
-    """A message the proxy cannot relay; ``status`` is the response the client gets."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class _Abort(Exception):
-    """Stop relaying and close the client connection (a response is already under way)."""
-
-
-class _UpstreamBad(Exception):
-    """The upstream sent something that is not an HTTP response."""
-
-
-class Head(NamedTuple):
-    """A parsed request or response head. ``start`` is the split first line."""
-
-    start: tuple[bytes, bytes, bytes]
-    headers: list[tuple[bytes, bytes]]
-
-    def get(self, name: bytes) -> list[bytes]:
-        """The values of a field (``name`` in lower case), in order."""
-        return [v for n, v in self.headers if n.lower() == name]
-
-    def tokens(self, name: bytes) -> set[bytes]:
-        """Comma-separated tokens of a field, lower-cased (e.g. ``Connection``)."""
-        return {t.strip().lower() for v in self.get(name) for t in v.split(b",") if t.strip()}
-
-
-def parse_head(head: bytes) -> Head:
-    """Split a message head (without its final blank line) into start line and fields.
-
-    Raises:
-        BadMessage: a malformed start line, an obsolete line fold, or whitespace before a
-            colon (both are request-smuggling vectors, refused as RFC 9112 allows).
-    """
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) != 3:
-        raise BadMessage(400, "malformed start line")
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
-            raise BadMessage(400, "malformed header field")
-        headers.append((name, value.strip(b" \t")))
-    return Head((parts[0], parts[1], parts[2]), headers)
-
-
-#: Body framing: ("none", 0), ("length", n), ("chunked", 0) or ("close", 0).
-Framing = tuple[str, int]
-_NONE: Framing = ("none", 0)
-
-
-def request_framing(head: Head) -> Framing:
-    """How a request's body is delimited (RFC 9112 6.3).
-
-    Raises:
-        BadMessage: both Transfer-Encoding and Content-Length, a transfer coding other
-            than chunked last, or a bad or conflicting Content-Length.
-    """
-    te = head.get(b"transfer-encoding")
-    cl = head.get(b"content-length")
-    if te:
-        if cl:
-            raise BadMessage(400, "both Transfer-Encoding and Content-Length")
-        if b"".join(te).split(b",")[-1].strip().lower() != b"chunked":
-            raise BadMessage(400, "a request's last transfer coding must be chunked")
-        return ("chunked", 0)
-    if cl:
-        return ("length", _content_length(cl))
-    return _NONE
-
-
-def response_framing(method: bytes, status: int, head: Head) -> Framing:
-    """How a response's body is delimited (RFC 9112 6.3).
-
-    Raises:
-        BadMessage: a bad or conflicting Content-Length.
-    """
-    if method == b"HEAD" or status < 200 or status in (204, 304):
-        return _NONE
-    te = head.get(b"transfer-encoding")
-    if te:
-        last = b"".join(te).split(b",")[-1].strip().lower()
-        return ("chunked", 0) if last == b"chunked" else ("close", 0)
-    cl = head.get(b"content-length")
-    if cl:
-        return ("length", _content_length(cl))
-    return ("close", 0)
-
-
-def _content_length(values: list[bytes]) -> int:
-    found = {v.strip() for value in values for v in value.split(b",")}
-    if len(found) != 1 or not next(iter(found)).isdigit():
-        raise BadMessage(400, "bad Content-Length")
-    return int(next(iter(found)))
-
-
-def split_target(target: str) -> tuple[str, int, str]:
-    """(host, port, origin-form path) of an absolute-form ``http://`` request target.
-
-    Raises:
-        BadMessage: not an absolute ``http`` URL (``https`` goes through CONNECT).
-    """
-    try:
-        url = urlsplit(target)
-        port = url.port
-    except ValueError as exc:
-        raise BadMessage(400, f"bad request target: {exc}") from None
-    if url.scheme.lower() != "http" or not url.hostname:
-        raise BadMessage(
-            400,
-            "a forward proxy takes absolute http:// targets; use CONNECT for https and other protocols",
-        )
-    path = url.path or "/"
-    if url.query:
-        path = f"{path}?{url.query}"
-    return normalize_host(url.hostname), port if port is not None else 80, path
-
-
-def split_authority(target: str) -> tuple[str, int]:
-    """(host, port) of a CONNECT target: ``host:port`` or ``[v6]:port``.
-
-    Raises:
-        BadMessage: no port, or a malformed one.
-    """
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        raise BadMessage(400, "CONNECT needs host:port")
-    return normalize_host(host), int(port)
-
-
-def _chunk_size(line: bytes) -> int:
-    size = line.split(b";", 1)[0].strip()
-    try:
-        return int(size, 16)
-    except ValueError:
-        raise BadMessage(400, "bad chunk size") from None
-
-
-class TLSHello(NamedTuple):
-    """What the first bytes of a tunnel say: whether they can tell yet (``complete``),
-    whether they start a TLS handshake (``tls``), and the SNI server name if any."""
-
-    complete: bool
-    tls: bool
-    server_name: str | None
-
-
-_NEED_MORE = TLSHello(False, True, None)
-_NOT_TLS = TLSHello(True, False, None)
-_NO_SNI = TLSHello(True, True, None)
-
-
-def parse_sni(data: bytes) -> TLSHello:
-    """Read the SNI server name from the start of a TLS connection, without decrypting.
-
-    ``data`` is what the client sent first. TLS records of type handshake are reassembled
-    until the whole ClientHello is in hand (it may span records); then its
-    ``server_name`` extension (type 0, name type ``host_name``) is returned. A prefix
-    too short to decide gives ``complete=False``: call again with more bytes. Anything
-    malformed after a plausible TLS start gives ``tls=True`` and no name.
-    """
-    if not data:
-        return _NEED_MORE
-    if data[0] != 0x16 or (len(data) > 1 and data[1] != 3):
-        return _NOT_TLS
-    handshake = bytearray()
-    pos = 0
-    needed: int | None = None
-    while needed is None or len(handshake) < needed:
-        if len(data) - pos < 5:
-            return _NEED_MORE
-        if data[pos] != 0x16:
-            return _NO_SNI  # the ClientHello was cut short by another record type
-        length = int.from_bytes(data[pos + 3 : pos + 5], "big")
-        if length == 0 or length > 2**14 + 2048:
-            return _NO_SNI
-        if len(data) - pos - 5 < length:
-            return _NEED_MORE
-        handshake += data[pos + 5 : pos + 5 + length]
-        pos += 5 + length
-        if needed is None and len(handshake) >= 4:
-            if handshake[0] != 1:  # not a ClientHello
-                return _NO_SNI
-            needed = 4 + int.from_bytes(handshake[1:4], "big")
-    return TLSHello(True, True, _server_name(bytes(handshake[4:needed])))
-
-
-def _server_name(hello: bytes) -> str | None:
-    """The host_name in a ClientHello body's server_name extension (RFC 6066 3)."""
-
-    def u16(at: int) -> int:
-        if at + 2 > len(hello):
-            raise IndexError(at)
-        return int.from_bytes(hello[at : at + 2], "big")
-
-    try:
-        pos = 2 + 32  # legacy_version, random
-        pos += 1 + hello[pos]  # legacy_session_id
-        pos += 2 + u16(pos)  # cipher_suites
-        pos += 1 + hello[pos]  # legacy_compression_methods
-        if pos >= len(hello):
-            return None  # no extensions at all
-        end = min(pos + 2 + u16(pos), len(hello))
-        pos += 2
-        while pos + 4 <= end:
-            kind, size = u16(pos), u16(pos + 2)
-            pos += 4
-            if kind == 0:
-                names_end = min(pos + 2 + u16(pos), pos + size)
-                at = pos + 2
-                while at + 3 <= names_end:
-                    name_type, name_len = hello[at], u16(at + 1)
-                    at += 3
-                    if name_type == 0:
-                        name = hello[at : at + name_len]
-                        return name.decode("ascii").lower() if len(name) == name_len else None
-                    at += name_len
-                return None
-            pos += size
-    except (IndexError, UnicodeDecodeError):
-        return None
-    return None
-
-
-def proxy_env(host: str, port: int, *, no_proxy: str = "") -> dict[str, str]:
-    """Environment variables that point subprocess tools at a proxy on ``host:port``.
-
-    The standard variables in both cases (curl reads only the lower-case ``http_proxy``;
-    pip, requests, httpx, git and most others read either), an empty ``NO_PROXY`` so
-    that nothing (loopback included) bypasses the proxy, and the variants of tools that
-    ignore the standard ones: npm, yarn, Node's own ``fetch`` (``NODE_USE_ENV_PROXY``,
-    Node 24+), global-agent, cargo.
-    """
-    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    env: dict[str, str] = {}
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        env[name] = env[name.lower()] = url
-    env["NO_PROXY"] = env["no_proxy"] = no_proxy
-    env.update(
-        {
-            "npm_config_proxy": url,
-            "npm_config_https_proxy": url,
-            "npm_config_noproxy": no_proxy,
-            "YARN_HTTP_PROXY": url,
-            "YARN_HTTPS_PROXY": url,
-            "NODE_USE_ENV_PROXY": "1",
-            "GLOBAL_AGENT_HTTP_PROXY": url,
-            "GLOBAL_AGENT_HTTPS_PROXY": url,
-            "GLOBAL_AGENT_NO_PROXY": no_proxy,
-            "CARGO_HTTP_PROXY": url,
-            "PIP_PROXY": url,
-        }
-    )
-    return env
-
-
-def _response(
-    status: int,
-    body: bytes = b"",
-    headers: list[tuple[str, str]] | None = None,
-    *,
-    keep: bool = False,
-    reason: str | None = None,
-) -> bytes:
-    """A complete response with a Content-Length, closing the connection unless ``keep``."""
-    lines = [f"HTTP/1.1 {status} {reason if reason is not None else _reason(status)}"]
-    lines += [
-        f"{k}: {v}" for k, v in headers or () if k.lower() not in ("content-length", "connection")
-    ]
-    lines.append(f"Content-Length: {len(body)}")
-    if not keep:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-class _BlockedReport(msgspec.Struct, frozen=True):
-    proto: str
-    host: str
-    port: int | None = None
-    name: str | None = None
-
-
-_report_decoder = msgspec.json.Decoder(_BlockedReport)
-
 
 # ---------------------------------------------------------------- I/O
 
@@ -503,7 +218,7 @@ class ForwardProxy:
         async with stream:
             try:
                 await _ClientConnection(self, BufferedByteStream(stream), trusted).run()
-            except (*_CLOSED, _Abort):
+            except (*_CLOSED, Abort):
                 pass  # a peer went away mid-message; its flow was closed on the way out
             except Exception:
                 # One connection's failure (a bug included) must not stop the proxy:
@@ -541,7 +256,7 @@ class _ClientConnection:
                     except anyio.IncompleteRead:
                         return  # the client closed, normally between requests
                     except anyio.DelimiterNotFound:
-                        await self.conn.send(_response(431, b"request head too large\n"))
+                        await self.conn.send(canned_response(431, b"request head too large\n"))
                         return
                 if head_bytes is None:
                     return  # idle too long
@@ -564,7 +279,7 @@ class _ClientConnection:
                     if not await self._forward(head, method, target):
                         return
                 except BadMessage as bad:
-                    await self.conn.send(_response(bad.status, f"{bad.reason}\n".encode()))
+                    await self.conn.send(canned_response(bad.status, f"{bad.reason}\n".encode()))
                     return
         finally:
             await self._drop_upstream()
@@ -605,7 +320,7 @@ class _ClientConnection:
                 flow.request_bytes += n
 
             if rule.mode != "allow":
-                if framing == _NONE or not expects:
+                if framing == NO_FRAMING or not expects:
                     # Read what the tool sends (it counts), so the connection stays usable.
                     await _relay_body(conn, None, framing, sent)
                 else:
@@ -618,7 +333,7 @@ class _ClientConnection:
                     status, body = rule.status, rule.body.encode()
                     headers = list(rule.headers.items())
                 flow.status, flow.response_bytes = status, len(body)
-                await conn.send(_response(status, body, headers, keep=keep))
+                await conn.send(canned_response(status, body, headers, keep=keep))
                 return keep
 
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -633,7 +348,9 @@ class _ClientConnection:
             except BadMessage:  # the upstream's fault, not the client's: 502, not 400
                 await self._drop_upstream()
                 flow.status = 502
-                await conn.send(_response(502, b"litmus-sandbox: malformed upstream response\n"))
+                await conn.send(
+                    canned_response(502, b"litmus-sandbox: malformed upstream response\n")
+                )
                 return False
             keep = keep and rframing[0] != "close"
             up_keep = (
@@ -658,7 +375,7 @@ class _ClientConnection:
                 try:
                     await _relay_body(up, conn, rframing, received)
                 except BadMessage:
-                    raise _Abort from None  # bad upstream framing mid-response: just close
+                    raise Abort from None  # bad upstream framing mid-response: just close
             if not up_keep:
                 await self._drop_upstream()
             return keep
@@ -691,7 +408,7 @@ class _ClientConnection:
                     )
                     flow.status = 502
                     body = f"litmus-sandbox: cannot reach {key[0]}:{key[1]}: {reason}\n".encode()
-                    await conn.send(_response(502, body))
+                    await conn.send(canned_response(502, body))
                     return None
                 self.upstream = _Upstream(key, BufferedByteStream(stream))
             up = self.upstream.stream
@@ -704,21 +421,25 @@ class _ClientConnection:
                 head, status = await self._final_head(up)
             except (anyio.IncompleteRead, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
                 await self._drop_upstream()
-                if reused and attempt == 0 and framing == _NONE:
+                if reused and attempt == 0 and framing == NO_FRAMING:
                     continue  # a kept-alive connection the server had closed: retry once
                 flow.status = 502
-                await conn.send(_response(502, b"litmus-sandbox: upstream closed the connection\n"))
+                await conn.send(
+                    canned_response(502, b"litmus-sandbox: upstream closed the connection\n")
+                )
                 return None
-            except _UpstreamBad:
+            except UpstreamBad:
                 await self._drop_upstream()
                 flow.status = 502
-                await conn.send(_response(502, b"litmus-sandbox: malformed upstream response\n"))
+                await conn.send(
+                    canned_response(502, b"litmus-sandbox: malformed upstream response\n")
+                )
                 return None
             if status == 101:  # Upgrade is not forwarded, so a switch cannot be relayed
                 await self._drop_upstream()
                 flow.status = 502
                 await conn.send(
-                    _response(502, b"litmus-sandbox: protocol upgrades are not relayed\n")
+                    canned_response(502, b"litmus-sandbox: protocol upgrades are not relayed\n")
                 )
                 return None
             flow.status = status
@@ -729,14 +450,14 @@ class _ClientConnection:
         """Read the final response head, relaying interim (1xx) ones to the client.
 
         Raises:
-            _UpstreamBad: not an HTTP response.
+            UpstreamBad: not an HTTP response.
         """
         while True:
             try:
                 head = parse_head(await up.receive_until(b"\r\n\r\n", MAX_HEAD))
                 status = _status(head)
             except (BadMessage, anyio.DelimiterNotFound):
-                raise _UpstreamBad from None
+                raise UpstreamBad from None
             if 100 <= status < 200 and status != 101:
                 await self.conn.send(_response_head(head.start, head, keep=True))
                 continue
@@ -763,7 +484,7 @@ class _ClientConnection:
                 body = denied_body(host, port)
                 if mode == "stub":
                     body += b"(a stub cannot answer inside a tunnel: use plain http or the in-process transport)\n"
-                await conn.send(_response(403, body, [("X-Litmus-Sandbox", "denied")]))
+                await conn.send(canned_response(403, body, [("X-Litmus-Sandbox", "denied")]))
                 return
             try:
                 upstream = await self._connect(host, port)
@@ -773,7 +494,9 @@ class _ClientConnection:
                     "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
                 )
                 await conn.send(
-                    _response(502, f"litmus-sandbox: cannot reach {target}: {reason}\n".encode())
+                    canned_response(
+                        502, f"litmus-sandbox: cannot reach {target}: {reason}\n".encode()
+                    )
                 )
                 return
             async with upstream:
@@ -792,7 +515,7 @@ class _ClientConnection:
         if framing[0] != "length" or framing[1] > 4096:
             raise BadMessage(400, "a report needs a Content-Length of at most 4096")
         try:
-            report = _report_decoder.decode(await self.conn.receive_exactly(framing[1]))
+            report = report_decoder.decode(await self.conn.receive_exactly(framing[1]))
         except msgspec.DecodeError as exc:
             raise BadMessage(400, f"bad report: {exc}") from None
         method = {"tcp": "CONNECT", "udp": "UDP", "dns": "DNS"}.get(
@@ -808,7 +531,7 @@ class _ClientConnection:
         )
         self.proxy.sink(flow)
         _close(flow, self.proxy.sink)
-        await self.conn.send(_response(204))
+        await self.conn.send(canned_response(204))
 
 
 def _status(head: Head) -> int:
@@ -882,7 +605,7 @@ async def _relay_body(
     elif kind == "chunked":
         while True:
             line = await _line(src, 4096)
-            remaining = _chunk_size(line)
+            remaining = chunk_size(line)
             out = bytearray(line)
             out += b"\r\n"
             if remaining == 0:

@@ -287,7 +287,7 @@ async def run_strict(
         UpstreamError: strict mode is unavailable here, or the namespace could not be set up.
     """
     from .._errors import ConfigError, UpstreamError
-    from ._forward_proxy import proxy_env
+    from ._http_wire import proxy_env
 
     if proxy.unix_path is None:
         raise ConfigError("run_strict needs a ForwardProxy listening on a Unix socket (unix_path=)")

@@ -62,6 +62,7 @@ from ._egress_replay import (
     Replaying,
     Tap,
 )
+from ._http_wire import normalize_host as normalize_host
 
 EgressMode = Literal["allow", "deny", "stub"]
 EGRESS_MODES: tuple[str, ...] = ("allow", "deny", "stub")
@@ -138,14 +139,6 @@ def _port(text: str, key: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise ConfigError(f"egress rule {key!r}: port must be a number from 1 to 65535")
     return int(text)
-
-
-def normalize_host(host: str) -> str:
-    """Lower case, without IPv6 brackets or a trailing dot: the form rules are matched on."""
-    host = host.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host.rstrip(".")
 
 
 class EgressPolicy:
@@ -797,8 +790,8 @@ class EgressProbe:
 # private module first would otherwise meet a half-initialized cycle.
 if TYPE_CHECKING:
     from ._forward_proxy import ForwardProxy as ForwardProxy
-    from ._forward_proxy import parse_sni as parse_sni
-    from ._forward_proxy import proxy_env as proxy_env
+    from ._http_wire import parse_sni as parse_sni
+    from ._http_wire import proxy_env as proxy_env
     from ._netns import run_strict as run_strict
     from ._netns import strict_available as strict_available
     from ._netns import strict_command as strict_command
