@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
@@ -103,3 +103,13 @@ async def iter_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
         scanned = len(buf)
     if buf:
         yield bytes(buf)
+
+
+async def on_stdio(run: Callable[[ByteReceiveStream, ByteSendStream], Awaitable[int]]) -> int:
+    """Run ``run(client_in, client_out)`` over this process's stdin and stdout."""
+    client_in, client_out = FdReceiveStream(0), FdSendStream(1)
+    try:
+        return await run(client_in, client_out)
+    finally:
+        await client_in.aclose()
+        await client_out.aclose()

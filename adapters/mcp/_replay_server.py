@@ -43,7 +43,7 @@ from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox, ToolCallStep
 from litmus_sandbox.oracles._probe import Probe
 
 from ._episodes import EpisodeSlot
-from ._fdstream import FdReceiveStream, FdSendStream, iter_lines
+from ._fdstream import iter_lines, on_stdio
 from ._jsonrpc import (
     PROTOCOL_VERSION_META_KEY,
     Message,
@@ -165,12 +165,7 @@ class ReplayServer:
 
     async def serve_stdio(self) -> int:
         """Serve this process's stdin/stdout (the CLI's mode)."""
-        client_in, client_out = FdReceiveStream(0), FdSendStream(1)
-        try:
-            return await self.run(client_in, client_out)
-        finally:
-            await client_in.aclose()
-            await client_out.aclose()
+        return await on_stdio(self.run)
 
 
 class _Session:

@@ -45,7 +45,7 @@ from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy
 
 from ._episodes import EpisodeSlot
-from ._fdstream import FdReceiveStream, FdSendStream, iter_lines
+from ._fdstream import iter_lines, on_stdio
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
@@ -183,12 +183,7 @@ class StdioProxy:
 
     async def serve_stdio(self) -> int:
         """Relay between this process's stdin/stdout and the server (the CLI's mode)."""
-        client_in, client_out = FdReceiveStream(0), FdSendStream(1)
-        try:
-            return await self.run(client_in, client_out)
-        finally:
-            await client_in.aclose()
-            await client_out.aclose()
+        return await on_stdio(self.run)
 
 
 class _Session:
