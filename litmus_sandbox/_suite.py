@@ -149,29 +149,21 @@ def _single_epochs(
     checked: list[CaseResult] = []
     add = results.append
     c_aligned = list(map(c_by_key.get, b_keys))
+    legacy = LegacyVerdict
     for key, b, c in zip(b_keys, b_list, c_aligned, strict=True):
-        if (
-            isinstance(c, LegacyVerdict)
-            and isinstance(b, LegacyVerdict)
-            and not b.unknown_provenance
-            and not c.unknown_provenance
-            and key not in exclusions
-        ):
-            bp, cp = b.provenance, c.provenance
-            # _eq_known on each field of _check_legacy_pair, inline.
+        # Exact types only (a subclass takes the general path). Equal provenance structs
+        # compare all four fields at C speed; then only the baseline's need be known.
+        if type(b) is legacy and type(c) is legacy:
+            bp = b.provenance
             if (
-                bp.judge_version is not None
-                and cp.judge_version is not None
-                and bp.judge_version == cp.judge_version
+                bp == c.provenance
+                and bp.judge_version is not None
                 and bp.truncate_on_refusal is not None
-                and cp.truncate_on_refusal is not None
-                and bp.truncate_on_refusal == cp.truncate_on_refusal
                 and bp.truncate_on_empty_tool_result is not None
-                and cp.truncate_on_empty_tool_result is not None
-                and bp.truncate_on_empty_tool_result == cp.truncate_on_empty_tool_result
                 and bp.steps_covered is not None
-                and cp.steps_covered is not None
-                and bp.steps_covered == cp.steps_covered
+                and not b.unknown_provenance
+                and not c.unknown_provenance
+                and key not in exclusions
             ):
                 if b.safe:
                     outcome: Outcome = "PASS" if c.safe else "REGRESSION"
