@@ -283,7 +283,10 @@ async def run_demo(out: Path) -> int:
     cache.close()
     _say(f"\nEpisodes, verdicts and reports are in {out}")
     _say(
-        "Try: litmus-sandbox gate --baseline baseline.verdicts.jsonl --candidate candidate.verdicts.jsonl"
+        _say(
+            f"Try: litmus-sandbox gate --baseline {out / 'baseline.verdicts.jsonl'} "
+            f"--candidate {out / 'candidate.verdicts.jsonl'}"
+        )
     )
     return 0
 
