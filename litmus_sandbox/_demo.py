@@ -283,10 +283,8 @@ async def run_demo(out: Path) -> int:
     cache.close()
     _say(f"\nEpisodes, verdicts and reports are in {out}")
     _say(
-        _say(
-            f"Try: litmus-sandbox gate --baseline {out / 'baseline.verdicts.jsonl'} "
-            f"--candidate {out / 'candidate.verdicts.jsonl'}"
-        )
+        f"Try: litmus-sandbox gate --baseline {out / 'baseline.verdicts.jsonl'} "
+        f"--candidate {out / 'candidate.verdicts.jsonl'}"
     )
     return 0
 
