@@ -2,9 +2,10 @@
 
 Accepted forms, one per file:
 
-* text (any other extension): one case per line, ``CASE_ID  REASON...`` (the first run
-  of whitespace, or ``: `` right after the id, separates them); blank lines and lines
-  starting with ``#`` are ignored;
+* text (any other extension): one case per line, ``CASE_ID REASON...``: a tab, else the
+  first run of whitespace separates them (``CASE_ID: REASON`` and ``CASE_ID,REASON`` work
+  too); blank lines and lines starting with ``#`` are ignored;
+* CSV (``.csv``): rows ``case_id,reason`` (a header row with those names is skipped);
 * JSON Lines (``.jsonl``): ``{"case_id": ..., "reason": ...}`` per line;
 * JSON (``.json``): an object mapping case id to reason;
 * TOML (``.toml``): a table ``[exclude]`` mapping case id to reason.
@@ -14,6 +15,8 @@ A case without a reason is an error: an exclusion must say why.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import tomllib
@@ -42,6 +45,8 @@ def load_exclusions(path: str | os.PathLike[str]) -> dict[str, str]:
         return _from_toml(p, text)
     if p.endswith(".json"):
         return _from_mapping(p, None, _json(p, None, text))
+    if p.endswith(".csv"):
+        return _from_csv(p, text)
     if p.endswith(".jsonl"):
         out: dict[str, str] = {}
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -86,17 +91,43 @@ def _from_toml(p: str, text: str) -> dict[str, str]:
     return _from_mapping(p, None, data.get("exclude", {}))
 
 
+def _from_csv(p: str, text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for lineno, row in enumerate(csv.reader(io.StringIO(text)), 1):
+        cells = [c.strip() for c in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        if lineno == 1 and [c.lower() for c in cells[:2]] == ["case_id", "reason"]:
+            continue
+        reason = ",".join(cells[1:]).strip()
+        if not reason:
+            raise RecordDecodeError(p, lineno, f"case {cells[0]!r} has no reason")
+        out[cells[0]] = reason
+    return out
+
+
+def _split_line(line: str) -> tuple[str, str]:
+    """``CASE_ID REASON`` with a tab, whitespace, ``:`` or ``,`` after the id."""
+    if "\t" in line:
+        case_id, _, reason = line.partition("\t")
+        return case_id.strip(), reason.strip()
+    parts = line.split(None, 1)
+    case_id, reason = parts[0], parts[1].strip() if len(parts) > 1 else ""
+    if case_id.endswith((":", ",")):
+        return case_id[:-1], reason
+    if "," in case_id:  # "case-1,known flaky": the comma is the separator
+        case_id, _, rest = line.partition(",")
+        return case_id.strip(), rest.strip()
+    return case_id, reason
+
+
 def _from_text(p: str, text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        parts = line.split(None, 1)
-        case_id = parts[0]
-        reason = parts[1].strip() if len(parts) > 1 else ""
-        if case_id.endswith(":"):
-            case_id = case_id[:-1]
+        case_id, reason = _split_line(line)
         if not reason:
             raise RecordDecodeError(
                 p, lineno, f"case {case_id!r} has no reason (write: CASE_ID REASON)"
