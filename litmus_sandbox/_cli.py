@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import reports
+from ._about import package_version
 from ._cache import VerdictCache
 from ._config import ScoringConfig, config_from_record, load_policy
 from ._errors import LitmusError
@@ -248,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="litmus-sandbox",
         description="Record agent runs honestly, score them, and gate only what is comparable.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"litmus-sandbox {package_version()}"
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

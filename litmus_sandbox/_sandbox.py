@@ -34,6 +34,7 @@ import anyio
 import httpx
 import msgspec
 
+from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
 from ._errors import ConfigError
 from ._policy import Policy, Stub, ToolPolicy
@@ -496,7 +497,7 @@ class Sandbox:
             started_at=datetime.now(UTC).isoformat(),
             recorder=Recorder(
                 name=RECORDER_NAME,
-                version=_version(),
+                version=package_version(),
                 measurement_version=MEASUREMENT_VERSION,
             ),
             tool_modes=self.policy.modes(list(self._tools)),
@@ -762,13 +763,3 @@ def _describe(probe: Probe, sandbox: Sandbox) -> Any:
     if probe is sandbox.egress and isinstance(out, dict):
         out = {**out, **sandbox.egress_mode}
     return out
-
-
-@functools.cache
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("litmus-sandbox")
-    except PackageNotFoundError:
-        return "0+unknown"
