@@ -302,3 +302,29 @@ def test_torn_candidate_episode_routes_to_needs_rerun(suite: Path) -> None:
     c3 = next(c for c in json.loads(r.stdout)["cases"] if c["case_id"] == "c3")
     assert c3["outcome"] == "NEEDS_RERUN"
     assert c3["reasons"][0]["code"] == "incomplete_episode"
+
+
+def test_rebaseline_plan_is_exact_with_baseline_episodes(suite: Path) -> None:
+    """With the recordings at hand, the plan counts the judge calls the cache cannot serve."""
+    run("score", "baseline.episodes.jsonl", "--policy", "old.toml", "-o", "b.jsonl", cwd=suite)
+    run("score", "candidate.episodes.jsonl", "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
+    args = ["gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", "json"]
+    rough = json.loads(run(*args, cwd=suite).stdout)["rebaseline_plan"]
+    exact = json.loads(
+        run(*args, "--baseline-episodes", "baseline.episodes.jsonl", cwd=suite).stdout
+    )["rebaseline_plan"]
+    uncached = json.loads(
+        run(*args, "--baseline-episodes", "baseline.episodes.jsonl", "--no-cache", cwd=suite).stdout
+    )["rebaseline_plan"]
+    assert not rough["judge_calls_exact"]
+    assert exact["judge_calls_exact"]
+    # Without a cache every step the candidate's policy covers is a call (no cut: all steps).
+    assert {e["case_id"]: e["judge_calls"] for e in uncached["rescore"]} == {
+        "c1": 2,
+        "c2": 3,
+        "c3": 2,
+    }
+    # With it, the candidate's identical steps (same content, same context, same judge)
+    # were already judged: re-scoring these baselines costs nothing.
+    assert {e["case_id"]: e["judge_calls"] for e in exact["rescore"]} == {"c1": 0, "c2": 0, "c3": 0}
+    assert rough["judge_calls"] >= uncached["judge_calls"] == 7
