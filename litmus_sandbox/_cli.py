@@ -27,7 +27,8 @@ from ._scorer import ScoreStats, covered_keys, score_episode
 from ._store import ReadWarning, VerdictStream, iter_episodes, read_verdicts, write_verdicts
 from ._suite import gate
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_UNRESOLVED = 0, 1, 2, 4
+# 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
+EXIT_OK, EXIT_USAGE = 0, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -337,8 +338,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args.out)
 
 
-def code_on_broken_pipe(args: argparse.Namespace) -> int:
-    del args
+def _quiet_broken_pipe() -> int:
+    """The reader went away (e.g. piped into head): not an error of ours."""
     # Python flushes stdout at exit; point it at devnull so that flush cannot fail again.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
@@ -359,13 +360,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
     except LitmusError as exc:
         print(f"litmus-sandbox: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except OSError as exc:
-        print(
-            f"litmus-sandbox: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr
-        )
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"litmus-sandbox: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

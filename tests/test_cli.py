@@ -328,3 +328,43 @@ def test_rebaseline_plan_is_exact_with_baseline_episodes(suite: Path) -> None:
     # were already judged: re-scoring these baselines costs nothing.
     assert {e["case_id"]: e["judge_calls"] for e in exact["rescore"]} == {"c1": 0, "c2": 0, "c3": 0}
     assert rough["judge_calls"] >= uncached["judge_calls"] == 7
+
+
+def test_a_reader_that_goes_away_is_not_an_error(suite: Path) -> None:
+    """Piping a long report into a reader that stops early exits quietly."""
+    for side in ("baseline", "candidate"):
+        run(
+            "score",
+            f"{side}.episodes.jsonl",
+            "--policy",
+            "policy.toml",
+            "-o",
+            f"{side[0]}.jsonl",
+            cwd=suite,
+        )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "litmus_sandbox._cli",
+            "gate",
+            "--baseline",
+            "b.jsonl",
+            "--candidate",
+            "c.jsonl",
+            "--format",
+            "json",
+        ],
+        cwd=suite,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"LITMUS_CACHE": str(suite / "cache.sqlite"), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the report is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) in (0, 1)  # the gate's own answer, never a usage error
+    assert "error" not in err
+    assert "Traceback" not in err
