@@ -23,7 +23,7 @@ from ._errors import LitmusError
 from ._exclusions import load_exclusions
 from ._records import PolicyRecord
 from ._replay_cli import add_parsers as add_replay_parsers
-from ._scorer import ScoreStats, covered_keys, score_episode
+from ._scorer import ScoreStats, covered_keys, score_episode, score_files
 from ._store import ReadWarning, VerdictStream, iter_episodes, read_verdicts, write_verdicts
 from ._suite import gate
 
@@ -72,21 +72,15 @@ def cmd_score(args: argparse.Namespace) -> int:
     config = load_policy(args.policy)
     cache = _open_cache(args)
     try:
-        stats = ScoreStats()
-        verdicts = [
-            score_episode(ep, config, cache, stats)
-            for ep in iter_episodes(args.episodes, stats.warnings)
-        ]
+        stats = score_files(args.episodes, config, args.output, cache=cache)
     finally:
         if cache is not None:
             cache.close()
-    write_verdicts(args.output, config.record(), verdicts)
     _warn(stats.warnings)
-    incomplete = sum(1 for v in verdicts if v.provenance.episode_complete is False)
     print(
         f"scored {stats.episodes} episodes ({stats.steps_covered} steps covered): "
         f"{stats.judge_calls} judge calls, {stats.cache_hits} served from cache"
-        + (f", {incomplete} incomplete" if incomplete else "")
+        + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
         + f" -> {args.output}"
     )
     return EXIT_OK

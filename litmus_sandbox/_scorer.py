@@ -30,6 +30,7 @@ class ScoreStats:
     cache_hits: int = 0
     retries: int = 0
     fallbacks: int = 0
+    incomplete: int = 0
     warnings: list[ReadWarning] = field(default_factory=list)
 
 
@@ -120,6 +121,7 @@ def score_episode(
             cache.put_many(fresh)  # one transaction per episode; only successful judgments
     stats.retries += retries_used
     stats.episodes += 1
+    stats.incomplete += not episode.complete
     stats.steps_covered += n
     return build_verdict(
         episode,
