@@ -14,7 +14,9 @@
    walk in-process (``snapshot(root, previous=...)``: lstat everything, hash only changed
    or racy entries). Goal: within 1.5x of git; the ratio is reported, and also against
    ``git -c core.preloadIndex=false status`` (git lstat-s with several threads by
-   default; this walk is one Python thread).
+   default). A walk of a tree this large shares its ``lstat`` work with the stat helper
+   process when there are two CPUs or more; the same walk done alone
+   (``use_helper=False``) is timed in the same rounds and reported beside it.
 
 Figures are printed and written to ``bench/results/fs_snapshot.json``.
 """
@@ -37,6 +39,8 @@ from typing import Any
 import anyio
 import watchdog.version
 
+from litmus_sandbox.oracles._fs_snapshot import Walker
+from litmus_sandbox.oracles._fs_stat_helper import shared_helper
 from litmus_sandbox.oracles.fs import FsProbe, snapshot
 
 DIRS, FILES = 100, 100
@@ -126,8 +130,12 @@ def full_vs_git(root: Path, git_dir: Path, rounds: int) -> dict[str, float]:
         subprocess.run(status, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
         prev = snapshot(root, previous=prev)
     ours: list[float] = []
+    alone: list[float] = []
     theirs: list[float] = []
     theirs_single: list[float] = []
+    walk_alone = Walker(root, use_helper=False)
+    helper = shared_helper()
+    asked = helper.requests if helper is not None else 0
     for _ in range(rounds):
         t0 = time.perf_counter()
         out = subprocess.run(status, cwd=root, env=env, check=True, capture_output=True)
@@ -136,15 +144,21 @@ def full_vs_git(root: Path, git_dir: Path, rounds: int) -> dict[str, float]:
         t2 = time.perf_counter()
         subprocess.run(single, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
         t3 = time.perf_counter()
+        prev = walk_alone.snapshot(prev)
+        alone.append(time.perf_counter() - t3)
         if out.stdout.strip():
             raise SystemExit(f"the tree is not clean for git: {out.stdout[:200]!r}")
         theirs.append(t1 - t0)
         ours.append(t2 - t1)
         theirs_single.append(t3 - t2)
     o, g = statistics.median(ours), statistics.median(theirs)
-    g1 = statistics.median(theirs_single)
+    g1, a = statistics.median(theirs_single), statistics.median(alone)
+    shared = helper is not None and helper.requests >= asked + rounds
     return {
         "full_walk_ms": o * 1e3,
+        "full_walk_used_helper": float(shared),
+        "full_walk_alone_ms": a * 1e3,
+        "ratio_alone": a / g,
         "git_status_ms": g * 1e3,
         "ratio": o / g,
         "git_status_one_thread_ms": g1 * 1e3,
@@ -189,6 +203,9 @@ def main() -> None:
         "full_walk_ms": versus["full_walk_ms"],
         "git_status_ms": versus["git_status_ms"],
         "full_walk_vs_git_ratio": versus["ratio"],
+        "full_walk_used_stat_helper": bool(versus["full_walk_used_helper"]),
+        "full_walk_alone_ms": versus["full_walk_alone_ms"],
+        "full_walk_alone_vs_git_ratio": versus["ratio_alone"],
         "git_status_one_thread_ms": versus["git_status_one_thread_ms"],
         "full_walk_vs_git_one_thread_ratio": versus["ratio_one_thread"],
         "ratio_goal": 1.5,
@@ -219,6 +236,11 @@ def main() -> None:
         f"ratio {versus['ratio']:.2f} (goal <= 1.5); against git with one lstat thread "
         f"(core.preloadIndex=false) {versus['git_status_one_thread_ms']:.1f} ms: ratio "
         f"{versus['ratio_one_thread']:.2f}; load average {load_before:.2f}"
+    )
+    print(
+        f"the full walk {'shared' if versus['full_walk_used_helper'] else 'did NOT share'} "
+        f"its lstat work with the stat helper process; walking alone (use_helper=False) "
+        f"{versus['full_walk_alone_ms']:.1f} ms: ratio {versus['ratio_alone']:.2f}"
     )
 
 

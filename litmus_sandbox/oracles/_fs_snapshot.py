@@ -32,6 +32,8 @@ import time
 from collections.abc import Iterator, Mapping
 
 from .._errors import ConfigError
+from ._fs_stat_helper import StatHelper, shared_helper
+from ._fs_stat_worker import Row
 
 __all__ = ["Entry", "Snapshot", "Walker", "path_depth"]
 
@@ -227,6 +229,10 @@ class Walker:
             (a home directory may hold gigabytes); set it back to True once the baseline
             is taken, so that files created or changed later are hashed.
         hash_chunk: read size for hashing, in bytes.
+        use_helper: let full walks of large trees share the work with the stat helper
+            process (see :meth:`snapshot`).
+        helper_min_entries: the smallest tree (entries in the previous snapshot) for
+            which a full walk uses the helper.
 
     A walker is used by one thread at a time (it owns the hashing buffer).
 
@@ -242,6 +248,8 @@ class Walker:
         max_depth: int | None = None,
         hash_new: bool = True,
         hash_chunk: int = 1 << 20,
+        use_helper: bool = True,
+        helper_min_entries: int = 4096,
     ) -> None:
         if hash_chunk <= 0:
             raise ConfigError("hash_chunk must be a positive number of bytes")
@@ -250,6 +258,8 @@ class Walker:
         self.max_depth = max_depth
         self.hash_new = hash_new
         self.hash_chunk = hash_chunk
+        self.use_helper = use_helper
+        self.helper_min_entries = helper_min_entries
         self._buf: bytearray | None = None  # allocated at the first hash: walks may need none
         self.hashed = 0  # files hashed so far (for benchmarks and tests)
 
@@ -346,75 +356,215 @@ class Walker:
         Entries are reused from ``previous`` where their key did not change. Returns the
         directories listed (their entries are in ``snap.dirs``).
         """
-        dirs, errors, multi = snap.dirs, snap.errors, snap.multi
         old_dirs = previous.dirs if previous is not None else {}
-        exclude, max_depth, top = self.exclude, self.max_depth, self.top
-        lstat, make = os.lstat, self.make
         listed: list[str] = []
         stack = [(start, path_depth(start))]
         while stack:
             rel, depth = stack.pop()
-            try:
-                fd = os.open(f"{top}/{rel}" if rel else top, _DIR_FLAGS)
-            except OSError as exc:
-                if not isinstance(exc, FileNotFoundError):
-                    errors[rel] = f"unlistable: {exc.strerror or exc}"
-                continue
-            try:
-                names = os.listdir(fd)
-            except OSError as exc:
+            if self._list_dir(snap, rel, depth, old_dirs, racy_from, stack):
+                listed.append(rel)
+        return listed
+
+    def _list_dir(
+        self,
+        snap: Snapshot,
+        rel: str,
+        depth: int,
+        old_dirs: Mapping[str, dict[str, Entry]],
+        racy_from: int,
+        below: list[tuple[str, int]],
+    ) -> bool:
+        """List the one directory ``rel`` into ``snap.dirs``; True if it could be listed.
+
+        Its subdirectories to walk (within ``max_depth``) are appended to ``below``.
+        """
+        errors, multi, exclude = snap.errors, snap.multi, self.exclude
+        try:
+            fd = os.open(f"{self.top}/{rel}" if rel else self.top, _DIR_FLAGS)
+        except OSError as exc:
+            if not isinstance(exc, FileNotFoundError):
                 errors[rel] = f"unlistable: {exc.strerror or exc}"
-                os.close(fd)
-                continue
-            prefix = f"{rel}/" if rel else ""
-            descend = max_depth is None or depth + 1 < max_depth
-            get = old_dirs.get(rel, _EMPTY).get
-            kids: dict[str, Entry] = {}
-            try:
-                for name in names:
-                    if exclude and prefix + name in exclude:
+            return False
+        try:
+            names = os.listdir(fd)
+        except OSError as exc:
+            errors[rel] = f"unlistable: {exc.strerror or exc}"
+            os.close(fd)
+            return False
+        prefix = f"{rel}/" if rel else ""
+        descend = self.max_depth is None or depth + 1 < self.max_depth
+        get = old_dirs.get(rel, _EMPTY).get
+        lstat, make = os.lstat, self.make
+        kids: dict[str, Entry] = {}
+        try:
+            for name in names:
+                if exclude and prefix + name in exclude:
+                    continue
+                try:
+                    st = lstat(name, dir_fd=fd)
+                except OSError as exc:
+                    if not isinstance(exc, FileNotFoundError):
+                        errors[prefix + name] = f"unstattable: {exc.strerror or exc}"
+                    continue
+                old = get(name)
+                # The hot path of a walk over a settled tree: ctime first (it moves with
+                # any change), then the tuple part of stat_result in C, then mtime.
+                if (
+                    old is not None
+                    and old.ctime_ns == st.st_ctime_ns
+                    and old.st == st
+                    and old.mtime_ns == st.st_mtime_ns
+                    and not old.racy
+                ):
+                    e = old
+                else:
+                    made = make(fd, name, st, old, racy_from)
+                    if made is None:
                         continue
+                    e = made
+                kids[name] = e
+                if flags := e.flags:
+                    if flags == _DIR:
+                        if descend:
+                            below.append((prefix + name, depth + 1))
+                    else:
+                        multi.add(prefix + name)
+        finally:
+            os.close(fd)
+        snap.dirs[rel] = kids
+        return True
+
+    def _merge_listing(
+        self,
+        snap: Snapshot,
+        rel: str,
+        rows: list[Row] | str | None,
+        old_dirs: Mapping[str, dict[str, Entry]],
+        racy_from: int,
+        below: list[tuple[str, int]],
+    ) -> None:
+        """Put the helper's listing of ``rel`` into ``snap.dirs``, as :meth:`_list_dir` would.
+
+        Rows whose stat matches the previous entry reuse it; any other row is ``lstat``-ed
+        again here and made into an entry (hashed when needed) like in a walk.
+        """
+        if rows is None:  # gone
+            return
+        errors = snap.errors
+        if isinstance(rows, str):
+            errors[rel] = rows
+            return
+        multi, exclude = snap.multi, self.exclude
+        prefix = f"{rel}/" if rel else ""
+        get = old_dirs.get(rel, _EMPTY).get
+        kids: dict[str, Entry] = {}
+        fd = -1
+        try:
+            for name, st_tuple, mtime_ns, ctime_ns in rows:
+                if exclude and prefix + name in exclude:
+                    continue
+                old = get(name)
+                if (
+                    old is not None
+                    and old.ctime_ns == ctime_ns
+                    and old.st == st_tuple
+                    and old.mtime_ns == mtime_ns
+                    and not old.racy
+                ):
+                    e = old
+                else:
+                    if fd < 0:
+                        try:
+                            fd = os.open(f"{self.top}/{rel}" if rel else self.top, _DIR_FLAGS)
+                        except OSError as exc:
+                            if not isinstance(exc, FileNotFoundError):
+                                errors[rel] = f"unlistable: {exc.strerror or exc}"
+                            return
                     try:
-                        st = lstat(name, dir_fd=fd)
+                        st = os.lstat(name, dir_fd=fd)
                     except OSError as exc:
                         if not isinstance(exc, FileNotFoundError):
                             errors[prefix + name] = f"unstattable: {exc.strerror or exc}"
                         continue
-                    old = get(name)
-                    # The hot path of a walk over a settled tree: ctime first (it moves with
-                    # any change), then the tuple part of stat_result in C, then mtime.
-                    if (
-                        old is not None
-                        and old.ctime_ns == st.st_ctime_ns
-                        and old.st == st
-                        and old.mtime_ns == st.st_mtime_ns
-                        and not old.racy
-                    ):
-                        e = old
+                    made = self.make(fd, name, st, old, racy_from)
+                    if made is None:
+                        continue
+                    e = made
+                kids[name] = e
+                if flags := e.flags:
+                    if flags == _DIR:
+                        below.append((prefix + name, path_depth(rel) + 1))
                     else:
-                        made = make(fd, name, st, old, racy_from)
-                        if made is None:
-                            continue
-                        e = made
-                    kids[name] = e
-                    if flags := e.flags:
-                        if flags == _DIR:
-                            if descend:
-                                stack.append((prefix + name, depth + 1))
-                        else:
-                            multi.add(prefix + name)
-            finally:
+                        multi.add(prefix + name)
+        finally:
+            if fd >= 0:
                 os.close(fd)
-            dirs[rel] = kids
-            listed.append(rel)
-        return listed
+        snap.dirs[rel] = kids
 
     def snapshot(self, previous: Snapshot | None = None) -> Snapshot:
-        """A full walk; hashes are reused from ``previous`` where keys did not change."""
+        """A full walk; hashes are reused from ``previous`` where keys did not change.
+
+        A large tree (``previous`` holding at least ``helper_min_entries`` entries) is
+        walked together with the stat helper process when there is one
+        (:mod:`._fs_stat_helper`); the snapshot is the same either way.
+        """
         snap = Snapshot(self.top)
         snap.taken_ns = time.time_ns()
-        self.walk_into(snap, "", previous, snap.taken_ns - _FINE_WINDOW_NS)
+        racy_from = snap.taken_ns - _FINE_WINDOW_NS
+        helper = self._helper_for(previous)
+        if helper is None or previous is None:
+            self.walk_into(snap, "", previous, racy_from)
+            return snap
+        try:
+            self._split_walk(snap, previous, racy_from, helper)
+        finally:
+            helper.release()
         return snap
+
+    def _helper_for(self, previous: Snapshot | None) -> StatHelper | None:
+        if (
+            not self.use_helper
+            or previous is None
+            or self.max_depth is not None
+            or len(previous.dirs) < 2
+            or len(previous) < self.helper_min_entries
+        ):
+            return None
+        helper = shared_helper()
+        if helper is None or not helper.try_acquire():
+            return None
+        return helper
+
+    def _split_walk(
+        self, snap: Snapshot, previous: Snapshot, racy_from: int, helper: StatHelper
+    ) -> None:
+        """A full walk sharing the directories ``previous`` listed with the helper.
+
+        The helper lists every other known directory while this process lists the rest;
+        directories that appeared since are then walked here, and listings that are no
+        longer reachable from the top (a directory replaced meanwhile) are dropped.
+        """
+        old_dirs = previous.dirs
+        known = list(old_dirs)
+        theirs = known[1::2]
+        sent = helper.send(self.top, theirs)
+        below: list[tuple[str, int]] = []
+        for rel in known[::2] if sent else known:
+            self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below)
+        if sent:
+            listings = helper.receive()
+            if listings is None:  # the helper broke: do its share here
+                for rel in theirs:
+                    self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below)
+            else:
+                for rel, rows in listings:
+                    self._merge_listing(snap, rel, rows, old_dirs, racy_from, below)
+        stack = [(rel, depth) for rel, depth in below if rel not in old_dirs]
+        while stack:
+            rel, depth = stack.pop()
+            if rel not in snap.dirs:
+                self._list_dir(snap, rel, depth, old_dirs, racy_from, stack)
+        _prune_unreachable(snap)
 
     def racy_from(self) -> int:
         """Entries stamped at or after this instant are racy for a walk starting now."""
@@ -422,3 +572,38 @@ class Walker:
 
 
 _EMPTY: dict[str, Entry] = {}
+
+
+def _prune_unreachable(snap: Snapshot) -> None:
+    """Drop what a walk from the top would not have reached.
+
+    A directory known from an earlier snapshot is listed by its path; if it or an
+    ancestor was replaced meanwhile (by a file, or a symlink to elsewhere), that listing
+    is not part of this tree, nor is anything recorded under it, nor an error met while
+    listing it.
+    """
+    dirs = snap.dirs
+    gone: list[str] = []
+    for rel in sorted(dirs, key=path_depth):
+        if not rel:
+            continue
+        parent, _, name = rel.rpartition("/")
+        kids = dirs.get(parent)
+        e = None if kids is None else kids.get(name)
+        if e is None or e.flags != _DIR:
+            del dirs[rel]
+            gone.append(rel)
+    if gone:
+        under = tuple(f"{rel}/" for rel in gone)
+        snap.multi = {p for p in snap.multi if not p.startswith(under)}
+    errors = snap.errors
+    for path in [p for p in errors if p]:
+        parent, _, name = path.rpartition("/")
+        kids = dirs.get(parent)
+        e = None if kids is None else kids.get(name)
+        # Kept: a directory its parent lists that could not be listed itself, or an
+        # entry named in its parent's directory that could not be stat-ed.
+        if kids is None or (
+            errors[path].startswith("unlistable") if e is None else e.flags != _DIR
+        ):
+            del errors[path]
