@@ -1,4 +1,5 @@
-"""The streamable-HTTP proxy when its upstream hangs or drops the connection mid-call."""
+"""The streamable-HTTP proxy when its upstream hangs or drops the connection mid-call,
+including in the middle of an event stream it has started relaying."""
 
 from __future__ import annotations
 
@@ -40,6 +41,28 @@ class _Upstream(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if name in ("stream_crash", "stream_end"):
+            # A chunked event stream: one progress notification, then the server dies
+            # in the middle of a chunk (a transport error for the proxy) or ends the
+            # stream cleanly without an answer.
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            progress = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "t", "progress": 1, "total": 2},
+            }
+            self._chunk(f"event: message\ndata: {json.dumps(progress)}\n\n".encode())
+            if name == "stream_crash":
+                self.close_connection = True
+                self.wfile.write(b"40\r\nevent: message\ndata: {")  # half a chunk
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+            else:
+                self._chunk(b"")
+            return
         reply = json.dumps(
             {
                 "jsonrpc": "2.0",
@@ -52,6 +75,10 @@ class _Upstream(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
     def log_message(self, *args: Any) -> None:
         return None
@@ -111,3 +138,53 @@ async def test_hang_and_crash_get_json_rpc_errors_and_are_recorded(
     assert episode.end is not None
     assert episode.end.status == "aborted"
     assert not episode.complete
+
+
+def events(body: bytes) -> list[dict[str, Any]]:
+    """The JSON data of each event in a server-sent event stream."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        data = [ln[5:].strip() for ln in block.splitlines() if ln.startswith("data:")]
+        if data:
+            out.append(json.loads("\n".join(data)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["stream_crash", "stream_end"])
+async def test_an_upstream_that_dies_mid_event_stream(
+    tmp_path: Path, upstream: str, name: str
+) -> None:
+    """The client gets the events relayed so far, then a JSON-RPC error on the same
+    stream; the step keeps the notification and says the server failed; the episode is
+    aborted (the run must be repeated)."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=5)
+    headers = {"Accept": "application/json, text/event-stream"}
+    request = call(7, name)
+    request["params"]["_meta"]["progressToken"] = "t"
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            with anyio.fail_after(5):
+                response = await client.post("/mcp", json=request, headers=headers)
+        proxy.stop()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    got = events(response.content)
+    assert [m.get("method") for m in got] == ["notifications/progress", None]
+    assert got[0]["params"]["progress"] == 1
+    error = got[1]
+    assert error["id"] == 7
+    assert error["error"]["code"] == -32000
+    episode = one_episode(tmp_path / "eps.jsonl")
+    (step,) = calls(episode)
+    mcp = step.meta["mcp"]
+    assert mcp["outcome"] == "upstream_failed"
+    assert mcp["reply"] == "error"
+    assert [n["method"] for n in mcp["notifications"]] == ["notifications/progress"]
+    why = "failed mid-call" if name == "stream_crash" else "closed the event stream without"
+    assert why in mcp["failure"]
+    assert step.shown.is_error
+    assert episode.end is not None
+    assert episode.end.status == "aborted"
