@@ -237,3 +237,40 @@ def test_worker_lists_reports_gone_and_unlistable_directories() -> None:
         assert (name, st_tuple, mtime_ns) == ("f", tuple(real), real.st_mtime_ns)
         assert listings["missing"] is None
         assert listings["file"] == "unlistable: Not a directory"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_probe_on_a_large_tree_uses_the_helper_and_misses_nothing(
+    tmp_path: Path, helper: StatHelper
+) -> None:
+    """A probe without watchdog walks the whole root after each call: on a tree past the
+    threshold those walks are shared with the helper, and the call's effects are exact."""
+    from litmus_sandbox.oracles.fs import FsProbe
+
+    for d in range(42):
+        sub = tmp_path / f"d{d:02}"
+        sub.mkdir()
+        for f in range(100):
+            (sub / f"f{f:02}").write_bytes(b"x")
+    settle()
+    probe = FsProbe(tmp_path, tripwires=(), use_watchdog=False)
+    await probe.start()
+    try:
+        asked = helper.requests
+        await probe.before_call("c1")
+        (tmp_path / "d03" / "f07").write_bytes(b"changed")
+        (tmp_path / "d40" / "new").write_bytes(b"new")
+        (tmp_path / "d41" / "f99").unlink()
+        (tmp_path / "d20" / "f20").chmod(0o600)
+        effects = await probe.after_call("c1")
+        assert helper.requests > asked
+        assert {(e.path, e.op) for e in effects.fs} == {
+            ("d03/f07", "modified"),
+            ("d40/new", "created"),
+            ("d41/f99", "deleted"),
+            ("d20/f20", "metadata"),
+        }
+        assert (await probe.finish()).fs == ()
+    finally:
+        await probe.close()
