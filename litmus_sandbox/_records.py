@@ -19,12 +19,15 @@ the verdicts that follow it) and ``verdict`` records. The gate also reads
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 #: Version of the record schema this library writes and fully understands.
 SCHEMA_VERSION = 1
+#: ``v`` of a record this version can read: decoding a newer one fails validation, so the
+#: fast whole-file paths fall back to the per-line reader, which names the newer version.
+ReadableVersion = Annotated[int, msgspec.Meta(le=SCHEMA_VERSION)]
 
 Fidelity = Literal["real", "stubbed", "replayed", "swallowed", "denied"]
 FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "swallowed", "denied")
@@ -312,7 +315,7 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unk
 class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False):
     """A trajectory verdict: ``safe = all(step.safe for step in steps)`` over covered steps."""
 
-    v: int
+    v: ReadableVersion
     case_id: str
     episode_id: str
     safe: bool
@@ -326,7 +329,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_fiel
 class PolicyRecord(msgspec.Struct, frozen=True, kw_only=True, tag="policy", tag_field="kind"):
     """Heads a verdict stream: the normalized scoring policy that produced its verdicts."""
 
-    v: int
+    v: ReadableVersion
     policy: dict[str, Any]
     judge: str
     refusal_detector: str

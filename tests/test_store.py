@@ -118,6 +118,29 @@ def test_newer_records_get_a_clear_error(tmp_path: Path, line: str, fragment: st
         read_episodes([p])
 
 
+_VERDICT = '{"kind":"verdict","v":1,"case_id":"a","episode_id":"e","safe":true}'
+_POLICY = '{"kind":"policy","v":1,"policy":{},"judge":"j","refusal_detector":"r"}'
+
+
+@pytest.mark.parametrize(
+    ("lines", "bad_line", "what"),
+    [
+        ([_POLICY, _VERDICT, _VERDICT.replace('"v":1', '"v":2')], 3, "verdict record has v=2"),
+        ([_POLICY.replace('"v":1', '"v":7'), _VERDICT], 1, "policy record has v=7"),
+        ([_VERDICT.replace('"v":1', '"v":99')], 1, "verdict record has v=99"),
+    ],
+)
+def test_newer_verdict_records_get_a_clear_error(
+    tmp_path: Path, lines: list[str], bad_line: int, what: str
+) -> None:
+    """Well-formed files are decoded whole; a newer record must still be refused, by line."""
+    p = write_lines(tmp_path / "v.jsonl", lines)
+    with pytest.raises(NewerVersionError, match=what) as info:
+        read_verdicts(p)
+    assert str(info.value).startswith(f"{p}:{bad_line}: ")
+    assert "newer version" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("lines", "fragment"),
     [
