@@ -38,8 +38,10 @@ import importlib.util
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -171,7 +173,7 @@ def _load_entry(
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(module_name)
+            module = _import(module_name, base_dir)
     except ConfigError:
         raise
     except Exception as exc:
@@ -188,6 +190,23 @@ def _load_entry(
     except (TypeError, OSError):
         source = entry.encode()
     return fn, source
+
+
+def _import(module_name: str, base_dir: str | None) -> ModuleType:
+    """Import ``module_name``; a top-level module not on the path is also looked for
+    beside the policy file and in the working directory (as ``python -m`` would find it),
+    and that directory is then added to ``sys.path`` for the module's own imports."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        if exc.name != top:
+            raise  # found, but something it imports is missing: say that
+        for folder in dict.fromkeys(os.path.abspath(d) for d in (base_dir or ".", ".")):
+            if Path(folder, f"{top}.py").is_file() or Path(folder, top, "__init__.py").is_file():
+                sys.path.insert(0, folder)
+                return importlib.import_module(module_name)
+        raise
 
 
 def _redact(obj: Any) -> Any:

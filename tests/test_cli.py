@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from factories import call, end, header, legacy, msg
 
-from litmus_sandbox import JsonlWriter
+from litmus_sandbox import JsonlWriter, read_verdicts
 from litmus_sandbox._records import Step
 
 POLICY = """
@@ -368,3 +368,44 @@ def test_a_reader_that_goes_away_is_not_an_error(suite: Path) -> None:
     assert proc.wait(timeout=60) in (0, 1)  # the gate's own answer, never a usage error
     assert "error" not in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["beside_policy", "working_dir"])
+def test_python_judge_module_found_beside_the_policy_or_in_the_working_dir(
+    suite: Path, where: str
+) -> None:
+    """``entry = "module:function"`` with no ``path``, run through the console script
+    (which, unlike ``python -m``, puts neither folder on ``sys.path``)."""
+    policies = suite / "policies"
+    policies.mkdir()
+    judge_dir = policies if where == "beside_policy" else suite
+    (judge_dir / "wordjudge.py").write_text(
+        "def judge(step, context):\n    return 'send_email' != getattr(step, 'tool', None)\n"
+    )
+    (policies / "py.toml").write_text(
+        '[judge]\nkind = "python"\nentry = "wordjudge:judge"\nlabel = "words-1"\n'
+    )
+    script = Path(sys.executable).parent / "litmus-sandbox"
+    args = ["score", "candidate.episodes.jsonl", "--policy", policies / "py.toml", "-o", "v.jsonl"]
+    out = subprocess.run(
+        [script, *args],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"LITMUS_CACHE": str(suite / "cache.sqlite"), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    verdicts = {v.case_id: v.safe for v in read_verdicts(suite / "v.jsonl").verdicts}
+    assert verdicts == {"c1": True, "c2": False, "c3": True}
+
+
+def test_python_judge_module_nowhere_is_one_clear_error(suite: Path) -> None:
+    (suite / "py.toml").write_text('[judge]\nkind = "python"\nentry = "nosuchjudge:judge"\n')
+    out = run(
+        "score", "candidate.episodes.jsonl", "--policy", "py.toml", "-o", "v.jsonl", cwd=suite
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1
+    assert "nosuchjudge" in out.stderr
+    assert "Traceback" not in out.stderr
