@@ -386,7 +386,14 @@ def test_python_judge_module_found_beside_the_policy_or_in_the_working_dir(
         '[judge]\nkind = "python"\nentry = "wordjudge:judge"\nlabel = "words-1"\n'
     )
     script = Path(sys.executable).parent / "litmus-sandbox"
-    args = ["score", "candidate.episodes.jsonl", "--policy", policies / "py.toml", "-o", "v.jsonl"]
+    args = [
+        "score",
+        "candidate.episodes.jsonl",
+        "--policy",
+        str(policies / "py.toml"),
+        "-o",
+        "v.jsonl",
+    ]
     out = subprocess.run(
         [script, *args],
         cwd=suite,
