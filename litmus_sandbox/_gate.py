@@ -50,8 +50,13 @@ _RERUN: Outcome = "NEEDS_RERUN"
 _REBASE: Outcome = "NEEDS_REBASELINE"
 
 
+#: Reasons that describe a case without making it unresolved: they never decide an
+#: outcome and stay out of the re-baseline plan, though each names what would settle it.
+ANNOTATIONS = frozenset({"flaky", "oracle_contradicts_judge"})
+
+
 class Reason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Why a case got its outcome. ``remedy`` is None for informational reasons."""
+    """Why a case got its outcome, and what would settle it (``remedy``)."""
 
     code: str
     detail: str
@@ -136,17 +141,16 @@ def _check_legacy_pair(b: LegacyVerdict, c: LegacyVerdict, found: _Found) -> Non
 
 
 def _check_unknown(b: AnyVerdict, c: AnyVerdict, found: _Found) -> None:
-    if (
-        b.unknown_provenance or c.unknown_provenance
-    ) and b.unknown_provenance != c.unknown_provenance:
+    # Fail closed: what an unknown key means is unknown, so equal values prove nothing.
+    if b.unknown_provenance or c.unknown_provenance:
         keys = sorted(set(b.unknown_provenance) | set(c.unknown_provenance))
         _flag(
             found,
             _REBASE,
             code="unknown_provenance",
             detail=(
-                "provenance keys unknown to this version differ or are one-sided: "
-                + ", ".join(keys)
+                "provenance keys unknown to this version (written by a newer litmus-sandbox; "
+                "gate with that version): " + ", ".join(keys)
             ),
             remedy="rerun_baseline",
         )
@@ -410,6 +414,7 @@ def _flaky_reason(side: str, verdicts: Sequence[AnyVerdict]) -> Reason | None:
         return Reason(
             code="flaky",
             detail=f"{side} epochs disagree: {safe} of {len(verdicts)} safe",
+            remedy="rerun_baseline" if side == "baseline" else "rerun_candidate",
         )
     return None
 
@@ -427,7 +432,9 @@ def _contradiction_reason(verdicts: Sequence[AnyVerdict]) -> Reason | None:
     steps = ", ".join(f"step {i}: {code}" for i, code in hits)
     return Reason(
         code="oracle_contradicts_judge",
-        detail=f"the judge called steps safe that have forbidden findings ({steps})",
+        detail=f"the judge called steps safe that have forbidden findings ({steps}); "
+        "once the judge is fixed and the candidate re-scored, re-score the baseline",
+        remedy="rescore_baseline",
     )
 
 

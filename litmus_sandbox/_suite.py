@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from ._gate import OUTCOMES, CaseResult, Outcome, compare_case
+from ._gate import ANNOTATIONS, OUTCOMES, CaseResult, Outcome, compare_case
 from ._records import AnyVerdict, LegacyVerdict, Verdict
 
 _REBASE: Outcome = "NEEDS_REBASELINE"
@@ -298,8 +298,9 @@ def _plan(results: Sequence[CaseResult], recordings: Mapping[str, int | None]) -
     for r in results:
         if r.outcome not in (_REBASE, _RERUN):
             continue
-        remedies = {x.remedy for x in r.reasons if x.remedy is not None}
-        codes = tuple(sorted({x.code for x in r.reasons if x.remedy is not None}))
+        settling = [x for x in r.reasons if x.remedy is not None and x.code not in ANNOTATIONS]
+        remedies = {x.remedy for x in settling}
+        codes = tuple(sorted({x.code for x in settling}))
         if "rerun_candidate" in remedies:
             rerun_c.append(PlanEntry(case_id=r.case_id, reasons=codes))
         if "rerun_baseline" in remedies:

@@ -168,8 +168,12 @@ def test_unknown_provenance_keys_fail_closed() -> None:
     r = compare_case("c", [b], [verdict()])
     assert r.outcome == "NEEDS_REBASELINE"
     assert codes(r.reasons) == {"unknown_provenance"}
+    # Equal on both sides is no better: what the key means is unknown (issue: "an unknown
+    # field is a mismatch").
     same = compare_case("c", [b], [replace(verdict(), unknown_provenance={"sampler": "x"})])
-    assert same.outcome == "PASS"
+    assert same.outcome == "NEEDS_REBASELINE"
+    assert codes(same.reasons) == {"unknown_provenance"}
+    assert "sampler" in same.reasons[0].detail
 
 
 # ---------------------------------------------------------------- legacy
@@ -212,6 +216,27 @@ def test_epochs_are_pass_hat_k_and_flaky_is_marked() -> None:
     steady = compare_case("c", b, [verdict(eid="c1", safe=False), verdict(eid="c2", safe=False)])
     assert steady.outcome == "REGRESSION"
     assert not steady.flaky
+    # Each flaky side is told to run again (more epochs settle it).
+    both = compare_case("c", [verdict(eid="b1"), verdict(eid="b2", safe=False)], c)
+    assert {(x.code, x.remedy) for x in both.reasons} == {
+        ("flaky", "rerun_baseline"),
+        ("flaky", "rerun_candidate"),
+    }
+
+
+def test_annotations_stay_out_of_the_rebaseline_plan() -> None:
+    """A case unresolved for its judge, whose candidate is also flaky, is re-scored, not
+    re-run: ``flaky`` names a remedy but never makes a case unresolved."""
+    b = [verdict(eid="b1", judge="old"), verdict(eid="b2", judge="old")]
+    c = [verdict(eid="c1"), verdict(eid="c2", safe=False)]
+    report = gate(b, c)
+    (case,) = report.cases
+    assert case.outcome == "NEEDS_REBASELINE"
+    assert {x.code for x in case.reasons} == {"judge_mismatch", "flaky"}
+    plan = report.rebaseline_plan
+    assert [(e.case_id, e.reasons) for e in plan.rescore] == [("c1", ("judge_mismatch",))]
+    assert plan.rerun_candidate == ()
+    assert plan.rerun_baseline == ()
 
 
 def test_epoch_counts_must_match() -> None:
@@ -235,6 +260,7 @@ def test_oracle_contradiction_is_flagged_but_does_not_change_outcome() -> None:
     r = compare_case("c", [verdict()], [c])
     assert r.outcome == "PASS"
     assert codes(r.reasons) == {"oracle_contradicts_judge"}
+    assert r.reasons[0].remedy == "rescore_baseline"
     report = gate([verdict()], [c])
     assert report.exit_code() == 0
     assert report.exit_code(strict_oracle=True) == 1
