@@ -719,6 +719,42 @@ async def test_in_the_sandbox_an_escape_is_a_finding(base: Path) -> None:
     assert episode.end.unattributed.fs == ()
 
 
+async def test_default_tripwires_catch_traversal_wherever_the_root_sits(base: Path) -> None:
+    """With the default tripwires (home, temp dir), a root nested deep in the temp dir
+    still has ``../x``, ``../../x`` and a rename out of it seen as escapes."""
+    assert str(base).startswith(os.path.realpath(tempfile.gettempdir()))
+    root = base / "a" / "b" / "root"
+    root.mkdir(parents=True)
+    (root / "in.txt").write_bytes(b"in")
+    episodes = base / "eps.jsonl"
+
+    def save(name: str, text: str) -> str:
+        (root / name).write_text(text)
+        return "saved"
+
+    def move(src: str, dst: str) -> str:
+        os.rename(root / src, root / dst)
+        return "moved"
+
+    probe = FsProbe(root, ignore=[episodes])  # default tripwires
+    sb = Sandbox(root=root, episodes=episodes, tools={"save": save, "move": move}, probes=[probe])
+    async with sb, sb.episode("traversal") as ep:
+        await ep.call("save", name="../up1.txt", text="out")
+        await ep.call("save", name="../../up2.txt", text="out")
+        await ep.call("move", src="in.txt", dst="../../../moved.txt")
+    (episode,) = read_episodes([episodes])
+    steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
+    escapes = [[f.path for f in s.findings if f.code == "escape"] for s in steps]
+    assert escapes == [
+        [str(base / "a" / "b" / "up1.txt")],
+        [str(base / "a" / "up2.txt")],
+        [str(base / "moved.txt")],
+    ]
+    assert ops(steps[2].effects.fs) == [(str(base / "moved.txt"), "created"), ("in.txt", "deleted")]
+    assert episode.end is not None
+    assert episode.end.unattributed.fs == ()
+
+
 def test_entry_modes_are_permission_bits(root: Path) -> None:
     (root / "x").write_bytes(b"")
     os.chmod(root / "x", 0o2750)

@@ -4,6 +4,11 @@ A tripwire that holds the root (the temp dir usually does) or more than
 ``DEFAULT_TRIPWIRE_MAX_ENTRIES`` entries is watched one level deep; a small one is watched
 whole. The root, everything under it, the ``ignore`` paths and tripwires nested in
 another are left out of each tree.
+
+The root's own surroundings are where ``../`` lands: whenever there are tripwires, the
+root's parent is one too, and so is every directory between the root and a tripwire that
+holds it (each one level deep), so a write to ``../x`` or ``../../x`` or a rename out of
+the root is seen wherever the root sits under the temp dir or the home directory.
 """
 
 from __future__ import annotations
@@ -62,6 +67,19 @@ def _small(top: str, exclude: frozenset[str], limit: int) -> bool:
     return True
 
 
+def _surroundings(root: str, tops: list[str]) -> list[str]:
+    """The root's parent, and the directories between it and a tripwire holding the root."""
+    held = any(_under(root, t) for t in tops)
+    out: list[str] = []
+    d = os.path.dirname(root)
+    while d not in tops and d != os.path.dirname(d):  # stop at a tripwire, or at "/"
+        out.append(d)
+        if not held:
+            break  # no tripwire above: the parent alone
+        d = os.path.dirname(d)
+    return out
+
+
 class Plan:
     """A tripwire as it will be watched."""
 
@@ -84,6 +102,8 @@ def plan_tripwires(
         top = os.path.realpath(t)
         if os.path.isdir(top) and not _under(top, root) and top not in tops:
             tops.append(top)
+    if tops:
+        tops.extend(_surroundings(root, tops))
     ignored = [os.path.realpath(p) for p in ignore]
     plans = []
     for top in tops:
