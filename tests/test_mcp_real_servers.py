@@ -59,7 +59,7 @@ async def test_filesystem_server_works_through_the_proxy_with_effects(tmp_path: 
     async with Client(direct(server, root), cache=None) as client:
         tools_direct = dump(await client.list_tools())
         read_direct = dump(await client.call_tool("read_text_file", read))
-    options = ("--root", str(root), "--watch-fs", "--case-id", "fs-1")
+    options = ("--root", str(root), "--case-id", "fs-1")  # --root: the fs oracle watches it
     async with Client(proxied(tmp_path, server, *options), cache=None) as client:
         assert dump(await client.list_tools()) == tools_direct
         assert dump(await client.call_tool("read_text_file", read)) == read_direct

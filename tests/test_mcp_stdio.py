@@ -324,28 +324,38 @@ async def test_replay_serves_recorded_results_without_the_server_seeing_them(
     assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"
 
 
+class _Hello:
+    """A loopback HTTP server answering every GET with ``hello via proxy``."""
+
+    def __enter__(self) -> str:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Hello(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"hello via proxy"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/x"
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) -> None:
     """With an [egress] table, the server's requests land on the step of the call in flight."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Hello(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"hello via proxy"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/x"
     policy = tmp_path / "policy.toml"
     policy.write_text('[egress]\ndefault = "deny"\n"127.0.0.1" = "allow"\n')
-    try:
+    with _Hello() as url:
         client = RawClient(await open_proxy(tmp_path, "--case-id", "c", "--policy", str(policy)))
         await client.send(INIT)
         await client.recv()
@@ -354,9 +364,6 @@ async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) ->
         await client.send(tool_call(2, "fetch", {"url": "http://denied.invalid/"}))
         denied = json.loads(await client.recv())
         assert await client.finish() == 0
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert reply["result"]["content"][0]["text"] == "hello via proxy"
     assert denied["result"]["isError"] is True
     ep = one_episode(tmp_path / "eps.jsonl")
@@ -367,3 +374,28 @@ async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) ->
     ]
     assert [(e.host, e.decision) for e in bad.effects.egress] == [("denied.invalid", "deny")]
     assert "escape" in [f.code for f in bad.findings]
+
+
+@pytest.mark.parametrize("egress", [True, False])
+async def test_server_egress_is_recorded_without_a_policy(tmp_path: Path, egress: bool) -> None:
+    """No [egress] table: the server still gets the proxy variables, everything is allowed
+    and recorded; ``--no-egress`` leaves its environment (and the step) untouched."""
+    options = ("--case-id", "c") if egress else ("--case-id", "c", "--no-egress")
+    with _Hello() as url:
+        client = RawClient(await open_proxy(tmp_path, *options))
+        await client.send(INIT)
+        await client.recv()
+        await client.send(tool_call(1, "fetch", {"url": url}))
+        reply = json.loads(await client.recv())
+        assert await client.finish() == 0
+    assert reply["result"]["content"][0]["text"] == "hello via proxy"
+    ep = one_episode(tmp_path / "eps.jsonl")
+    (step,) = calls(ep)
+    if egress:
+        assert ep.header.oracles["egress"]["mode"] == "proxy-env"
+        assert [(e.host, e.decision, e.status) for e in step.effects.egress] == [
+            ("127.0.0.1", "allow", 200)
+        ]
+    else:
+        assert "egress" not in ep.header.oracles
+        assert step.effects.egress == ()

@@ -87,8 +87,18 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--watch-fs",
-        action="store_true",
-        help="attach the filesystem oracle to the root: effects land on each step",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the filesystem oracle watches the root, so effects land on each step "
+        "(default: on with --root, off when the root is just the working directory)",
+    )
+    p.add_argument(
+        "--egress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give the stdio server the proxy variables of a recording loopback proxy, "
+        "deciding by the policy's [egress] table (allow everything without one); "
+        "--no-egress starts the server with its environment untouched (default: on)",
     )
     p.add_argument(
         "--replay",
@@ -140,13 +150,16 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def _egress(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The policy file's ``[egress]`` table, if it has one."""
-    if not args.policy:
-        return None
-    table = read_policy_file(args.policy).get("egress")
+    """The egress policy for a stdio server: the policy file's ``[egress]`` table, or
+    allow-and-record everything; None with ``--no-egress``."""
+    table = read_policy_file(args.policy).get("egress") if args.policy else None
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{args.policy}: [egress] must be a table")
-    return table
+    if not args.egress:
+        if table is not None:
+            raise ConfigError(f"--no-egress, but {args.policy} has an [egress] table")
+        return None
+    return table if table is not None else {}
 
 
 def _policy(args: argparse.Namespace) -> Policy | None:
@@ -168,7 +181,8 @@ def _policy(args: argparse.Namespace) -> Policy | None:
 
 
 def _probes(args: argparse.Namespace, root: Path) -> list[Probe]:
-    if not args.watch_fs:
+    watch = args.watch_fs if args.watch_fs is not None else args.root is not None
+    if not watch:
         return []
     from litmus_sandbox.oracles.fs import FsProbe
 
