@@ -104,28 +104,47 @@ async def test_stubbed_and_denied_calls_never_reach_the_filesystem_server(tmp_pa
     (root / "keep.txt").write_text("keep")
     policy = tmp_path / "policy.toml"
     policy.write_text(
-        # write_file declares an output schema: a stub must answer with matching structure.
-        '[tools]\nwrite_file = { mode = "stub", result = { content = "Successfully wrote" } }\n'
+        # These tools declare output schemas, which the official client enforces: the
+        # proxy's own answers must carry conforming structured content.
+        '[tools]\nwrite_file = { mode = "stub", result = "Successfully wrote" }\n'
+        'edit_file = { mode = "stub", result = { content = "Edited" } }\n'
+        'create_directory = { mode = "swallow", run = false, shown = "" }\n'
         'move_file = { mode = "deny", message = "moves are not allowed here" }\n'
     )
     server = [*node_server("filesystem"), str(root)]
-    options = ("--root", str(root), "--policy", str(policy), "--watch-fs")
+    options = ("--root", str(root), "--policy", str(policy))
     async with Client(proxied(tmp_path, server, *options), cache=None) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert listed["write_file"].output_schema is not None
         stub = await client.call_tool(
             "write_file", {"path": str(root / "evil.txt"), "content": "x"}
         )
+        edited = await client.call_tool("edit_file", {"path": str(root / "keep.txt"), "edits": []})
+        swallowed = await client.call_tool("create_directory", {"path": str(root / "d")})
         denied = await client.call_tool(
             "move_file", {"source": str(root / "keep.txt"), "destination": str(root / "x.txt")}
         )
     assert not stub.is_error
     assert stub.structured_content == {"content": "Successfully wrote"}
+    assert edited.structured_content == {"content": "Edited"}  # the stub's own structure
+    assert not swallowed.is_error
+    assert swallowed.structured_content == {"content": ""}
     assert denied.is_error
     assert denied.content[0].text == "moves are not allowed here"  # type: ignore[union-attr]
     assert sorted(p.name for p in root.iterdir()) == ["keep.txt"]
-    write, move = calls(one_episode(tmp_path / "eps.jsonl"))
-    assert (write.fidelity, move.fidelity) == ("stubbed", "denied")
-    assert in_root(write.effects.fs) == set()
-    assert in_root(move.effects.fs) == set()
+    write, edit, mkdir, move = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert [s.fidelity for s in (write, edit, mkdir, move)] == [
+        "stubbed",
+        "stubbed",
+        "swallowed",
+        "denied",
+    ]
+    # The record says what the client was shown, placeholder structure included.
+    assert write.shown.structured == {"content": "Successfully wrote"}
+    assert write.meta["mcp"]["structured_placeholder"] is True
+    assert "structured_placeholder" not in edit.meta["mcp"]
+    assert mkdir.shown.structured == {"content": ""}
+    assert all(in_root(s.effects.fs) == set() for s in (write, edit, mkdir, move))
     assert write.meta["mcp"]["forwarded"] is False
     assert move.meta["mcp"]["reply"] == "result"
 

@@ -16,6 +16,7 @@ from test_mcp_helpers import (
     RawClient,
     calls,
     git_server,
+    node_server,
     one_episode,
     open_proxy,
     request,
@@ -134,6 +135,38 @@ async def test_a_stateless_server_session_replays_to_the_official_client(tmp_pat
     async with Client(params, cache=None) as client:
         assert dump(await client.list_tools()) == tools
         assert dump(await client.call_tool("git_status", status)) == got
+
+
+async def test_an_initialize_era_session_replays_to_the_official_client(tmp_path: Path) -> None:
+    """The npm servers speak 2025-11-25 (``initialize``): the replay answers the client's
+    ``server/discover`` as such a server does (method not found), so the client falls back
+    to ``initialize`` and gets the recorded answers, stubs with their structure included."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "notes.txt").write_text("alpha\n")
+    server = [*node_server("filesystem"), str(root)]
+    read = {"path": str(root / "notes.txt")}
+    async with Client(proxied(tmp_path, server, "--root", str(root)), cache=None) as client:
+        tools = dump(await client.list_tools())
+        got = dump(await client.call_tool("read_text_file", read))
+    rec = one_episode(tmp_path / "eps.jsonl")
+    assert rec.header.meta["mcp"]["protocol_version"] == "2025-11-25"
+    assert "server/discover" not in rec.header.meta["mcp"]["server_answers"]
+    policy = tmp_path / "replay.toml"
+    policy.write_text(
+        '[tools]\ndefault = "replay"\nwrite_file = { mode = "stub", result = "Wrote" }\n'
+    )
+    args = [*PROXY[1:], "--episodes", str(tmp_path / "replayed.jsonl"), "--policy", str(policy)]
+    args += ["--replay", str(tmp_path / "eps.jsonl")]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=tmp_path)
+    async with Client(params, cache=None) as client:
+        assert dump(await client.list_tools()) == tools
+        assert dump(await client.call_tool("read_text_file", read)) == got
+        wrote = await client.call_tool("write_file", {"path": str(root / "x"), "content": "x"})
+    assert wrote.structured_content == {"content": "Wrote"}
+    ep = one_episode(tmp_path / "replayed.jsonl")
+    assert ep.header.meta["mcp"]["protocol_version"] == "2025-11-25"
+    assert [s.fidelity for s in calls(ep)] == ["replayed", "stubbed"]
 
 
 def test_policies_that_need_a_server_are_refused(tmp_path: Path) -> None:

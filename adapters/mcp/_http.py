@@ -43,7 +43,7 @@ from ._downstream import (
     header,
 )
 from ._episodes import EpisodeSlot
-from ._http_call import HttpToolCall
+from ._http_call import HttpToolCall, listing_result
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     Message,
@@ -56,8 +56,12 @@ from ._jsonrpc import (
     protocol_version_of,
     tool_call_of,
 )
+from ._schema import output_schemas
 
 PathLike = str | os.PathLike[str]
+
+#: A tools/list answer larger than this is relayed without learning schemas from it.
+_MAX_LISTING = 8 << 20
 
 
 class HttpProxy:
@@ -116,6 +120,8 @@ class HttpProxy:
         self._stopping = anyio.Event()
         #: In-flight recorded calls by (episode key, request id key), for cancellation.
         self.calls: dict[tuple[str, Any], HttpToolCall] = {}
+        #: Tools' output schemas, learnt from the tools/list answers relayed.
+        self.output_schemas: dict[str, dict[str, Any]] = {}
 
     async def serve(
         self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -329,12 +335,22 @@ class HttpProxy:
                 forwardable(response.headers.raw),
                 response.reason_phrase.encode("latin-1"),
             )
+            listing = msg is not None and msg.method == "tools/list" and response.is_success
+            seen = bytearray()
             try:
                 async for chunk in response.aiter_raw():
                     await down.body(chunk)
+                    if listing and len(seen) < _MAX_LISTING:
+                        seen += chunk
             except httpx.HTTPError:
                 pass  # the server dropped the stream: end ours where it ended
             await down.end()
+            if listing and msg is not None and len(seen) < _MAX_LISTING:
+                encoding = response.headers.get("content-encoding", "identity")
+                if encoding == "identity":
+                    ctype = response.headers.get("content-type", "")
+                    result = listing_result(bytes(seen), ctype, msg.id)
+                    self.output_schemas.update(output_schemas(result))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

@@ -61,6 +61,7 @@ class HttpToolCall:
         self.tool = tool
         self.args = args
         self.state = CallState(msg.id, body, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        self.state.output_schema = proxy.output_schemas.get(tool)
         self.scope = anyio.CancelScope()
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
@@ -206,3 +207,17 @@ class HttpToolCall:
                 await response.aclose()
             except httpx.HTTPError:
                 pass
+
+
+def listing_result(body: bytes, content_type: str, request_id: Any) -> Any:
+    """The ``result`` of the response to ``request_id`` in a relayed body (JSON or events)."""
+    if content_type.startswith("text/event-stream"):
+        splitter = SseSplitter()
+        for event in [*splitter.feed(body), splitter.rest()]:
+            data = event_data(event)
+            envelope = decode_envelope(data) if data else None
+            if envelope is not None and id_key(envelope.get("id")) == id_key(request_id):
+                return envelope.get("result")
+        return None
+    envelope = decode_envelope(body)
+    return None if envelope is None else envelope.get("result")

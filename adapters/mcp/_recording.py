@@ -43,6 +43,7 @@ from ._jsonrpc import (
     result_message,
     shown_from_result,
 )
+from ._schema import placeholder
 
 #: Progress notifications kept per call in the step's meta (the rest are counted).
 MAX_NOTIFICATIONS = 100
@@ -82,6 +83,8 @@ class CallState:
         #: The reply the proxy originates (``result`` and ``error`` kinds).
         self.reply: bytes = b""
         self.extra_meta: dict[str, Any] = {}
+        #: The tool's declared output schema, when the proxy has seen one (``tools/list``).
+        self.output_schema: dict[str, Any] | None = None
 
     def note(self, notification: Any) -> None:
         """Keep a notification the server sent about this call (progress)."""
@@ -144,7 +147,15 @@ class CallState:
             self.reply = error_message(self.request_id, code, f"litmus-sandbox: {text}")
         else:
             self.reply_kind = "result"
-            self.reply = result_message(self.request_id, step.shown, stateless=self.stateless)
+            shown = step.shown
+            if self.output_schema is not None and not shown.is_error and shown.structured is None:
+                # The client expects structure the stand-in lacks: the smallest that fits.
+                shown = msgspec.structs.replace(
+                    shown, structured=placeholder(self.output_schema, shown.text())
+                )
+                mcp["structured_placeholder"] = True
+                step = msgspec.structs.replace(step, shown=shown)
+            self.reply = result_message(self.request_id, shown, stateless=self.stateless)
         mcp["reply"] = self.reply_kind
         return msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
 

@@ -62,6 +62,7 @@ from ._jsonrpc import (
 )
 from ._recording import CallState, UpstreamGone
 from ._replay_server import RECORDED_METHODS
+from ._schema import output_schemas
 
 PathLike = str | os.PathLike[str]
 
@@ -218,6 +219,9 @@ class _Session:
         #: (key -> method): the answers go in the header, for server-less replay.
         self._handshake: dict[tuple[str, Any], str] = {}
         self._answers: dict[str, Any] = {}
+        #: tools/list requests awaiting their answer, and the output schemas learnt from them.
+        self._listing: set[tuple[str, Any]] = set()
+        self._schemas: dict[str, dict[str, Any]] = {}
         self._idle = anyio.Event()
         self._idle.set()
         self._stdout_eof = anyio.Event()
@@ -300,6 +304,8 @@ class _Session:
                 await self._refuse(msg.id)
                 return
             self._requests[id_key(msg.id)] = msg.id
+            if msg.method == "tools/list":
+                self._listing.add(id_key(msg.id))
             if msg.method in RECORDED_METHODS and len(self._answers) < len(RECORDED_METHODS):
                 self._handshake[id_key(msg.id)] = str(msg.method)
         elif msg.kind == "notification":
@@ -326,6 +332,7 @@ class _Session:
             await self._to_client(error_message(msg.id, -32600, text) + b"\n")
             return
         state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        state.output_schema = self._schemas.get(tool)
         token = progress_token_of(msg)
         if token is not None:
             self._progress[id_key(token)] = state
@@ -421,6 +428,9 @@ class _Session:
                     self._abandoned.discard(key)
                     continue
                 self._requests.pop(key, None)
+                if key in self._listing and msg.body is not None:
+                    self._listing.discard(key)
+                    self._schemas.update(output_schemas(msg.body.get("result")))
                 if self._handshake and (method := self._handshake.pop(key, None)) is not None:
                     await self._keep_answer(method, line, msg.body)
             elif (
