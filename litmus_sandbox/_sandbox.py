@@ -682,7 +682,7 @@ class Sandbox:
                 call_id=call_id,
                 tool=tool,
                 args=args,
-                fidelity="replayed",
+                fidelity="denied",  # refused, and told so: nothing recorded serves it
                 shown=Shown(content=({"type": "text", "text": text},), is_error=True),
                 actual=Actual(outcome="not_run"),
                 started_at=started,

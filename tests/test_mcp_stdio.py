@@ -318,7 +318,7 @@ async def test_replay_serves_recorded_results_without_the_server_seeing_them(
     assert miss["result"]["isError"] is True
     assert b"tools/call" not in server_log(tmp_path, "in")
     hit, missed = calls(one_episode(tmp_path / "eps.jsonl"))
-    assert (hit.fidelity, missed.fidelity) == ("replayed", "replayed")
+    assert (hit.fidelity, missed.fidelity) == ("replayed", "denied")
     assert hit.source is not None
     assert hit.source.step == 0
     assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"

@@ -124,7 +124,11 @@ async def test_a_miss_is_an_error_the_agent_sees_and_a_divergence(tmp_path: Path
         replay=[tmp_path / "rec.jsonl"],
     )
     hit, decided, miss = tool_calls(tmp_path / "new.jsonl")
-    assert (hit.fidelity, decided.fidelity, miss.fidelity) == ("replayed",) * 3
+    assert (hit.fidelity, decided.fidelity) == ("replayed",) * 2
+    assert hit.source is not None
+    # Nothing recorded served the miss: the sandbox refused it and said so (no source).
+    assert miss.fidelity == "denied"
+    assert miss.source is None
     assert miss.shown.is_error
     assert miss.actual is not None
     assert miss.actual.outcome == "not_run"
