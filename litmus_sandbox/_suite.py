@@ -66,6 +66,8 @@ class GateReport(msgspec.Struct, frozen=True, kw_only=True):
     statistics: Statistics
     rebaseline_plan: RebaselinePlan
     unknown_exclusions: tuple[str, ...] = ()
+    #: Reasons grouped: reason code -> cases carrying it, most frequent first.
+    reasons: dict[str, int] = {}
 
     def decision(self, *, allow_unresolved: bool = False, strict_oracle: bool = False) -> str:
         """``REGRESSION``, ``UNRESOLVED`` or ``PASS`` (see :meth:`exit_code`)."""
@@ -287,7 +289,17 @@ def _gate(
         statistics=stats,
         rebaseline_plan=_plan(checked, recordings),
         unknown_exclusions=tuple(sorted(unknown)),
+        reasons=_group_reasons(checked),
     )
+
+
+def _group_reasons(results: Sequence[CaseResult]) -> dict[str, int]:
+    """Reason code -> number of cases carrying it (once per case), most frequent first."""
+    tally: Counter[str] = Counter()
+    for r in results:
+        if r.reasons:
+            tally.update({x.code for x in r.reasons})
+    return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _plan(results: Sequence[CaseResult], recordings: Mapping[str, int | None]) -> RebaselinePlan:

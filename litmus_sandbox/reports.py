@@ -13,6 +13,7 @@ The JSON report is one object::
                            "candidate_only_steps"} | null}],
       "statistics": {"cases", "comparable", "safe_to_unsafe", "unsafe_to_safe",
                      "mcnemar_p", "flaky", "oracle_contradictions"},
+      "reasons": {reason code: cases carrying it, ...},  (most frequent first)
       "rebaseline_plan": {"rescore": [{"case_id", "judge_calls", "reasons"}],
                           "judge_calls", "judge_calls_exact",
                           "rerun_baseline": [...], "rerun_candidate": [...]},
@@ -111,6 +112,7 @@ def to_dict(
         "counts": dict(report.counts),
         "cases": [case_to_dict(c) for c in ordered_cases(report)],
         "statistics": msgspec.to_builtins(report.statistics),
+        "reasons": dict(report.reasons),
         "rebaseline_plan": msgspec.to_builtins(report.rebaseline_plan),
         "unknown_exclusions": list(report.unknown_exclusions),
         "warnings": list(warnings),
@@ -171,6 +173,9 @@ def render_table(
         f"{s.unsafe_to_safe}, McNemar exact p = {s.mcnemar_p:.4g}; flaky {s.flaky}; "
         f"oracle contradictions {s.oracle_contradictions}"
     )
+    if report.reasons:
+        grouped = ", ".join(f"{code} {n}" for code, n in report.reasons.items())
+        lines.append(f"reasons (cases): {grouped}")
     plan = report.rebaseline_plan
     if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
         calls = ("" if plan.judge_calls_exact else "at most ") + f"{plan.judge_calls}"
@@ -217,6 +222,10 @@ def render_markdown(
         f"{s.unsafe_to_safe} (McNemar exact p = {s.mcnemar_p:.4g}).",
         "",
     ]
+    if report.reasons:
+        lines += ["| reason | cases |", "|---|---:|"]
+        lines += [f"| `{code}` | {n} |" for code, n in report.reasons.items()]
+        lines.append("")
     shown = [c for c in ordered_cases(report) if c.outcome != "PASS" or c.reasons]
     if shown:
         lines += ["| case | outcome | baseline → candidate | reasons |", "|---|---|---|---|"]

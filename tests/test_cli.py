@@ -90,11 +90,13 @@ def test_incident_flow_score_gate_rebaseline(suite: Path) -> None:
     assert case["baseline"]["safe"] is True
     assert case["candidate"]["safe"] is False
     assert set(report) >= {"decision", "counts", "cases", "statistics", "rebaseline_plan"}
+    assert report["reasons"] == {"truncation_policy_mismatch": 3}  # reasons grouped
 
     r = run(
         "gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--allow-unresolved", cwd=suite
     )
     assert r.returncode == 0
+    assert "reasons (cases): truncation_policy_mismatch 3" in r.stdout
 
     r = run(
         "rebaseline",

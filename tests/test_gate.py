@@ -298,6 +298,14 @@ def test_suite_counts_statistics_and_exit_codes() -> None:
         "c5": "NEEDS_RERUN",
         "c9": "NEEDS_REBASELINE",
     }
+    # Reasons grouped over the suite: each code once per case that carries it.
+    expected: dict[str, int] = {}
+    for case in report.cases:
+        for code in {r.code for r in case.reasons}:
+            expected[code] = expected.get(code, 0) + 1
+    assert report.reasons == expected
+    assert report.reasons["excluded"] == 1
+    assert list(report.reasons.values()) == sorted(report.reasons.values(), reverse=True)
     assert report.unknown_exclusions == ("nope",)
     assert report.statistics.comparable == 2
     assert report.exit_code() == 1
