@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -29,6 +30,8 @@ from ._suite import gate
 
 # 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
+#: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
+EXIT_INTERNAL = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -366,6 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug, not bad input: never the exit code of a regression
+        traceback.print_exc()
+        print(
+            f"litmus-sandbox: internal error (a bug; please report it with the lines above): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return code
 
 

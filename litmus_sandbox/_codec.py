@@ -134,6 +134,33 @@ def _check_version(env: _Envelope, what: str) -> None:
 
 
 def decode_episode_record(line: bytes) -> EpisodeRecord:
+    """Decode one episode-stream line (see :func:`_decode_episode_record`).
+
+    Raises:
+        DecodeProblem: what is wrong with the line (never a bare decoder error).
+    """
+    try:
+        return _decode_episode_record(line)
+    except RecursionError:
+        raise DecodeProblem(_TOO_DEEP) from None
+
+
+def decode_verdict_record(line: bytes) -> VerdictRecord:
+    """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict.
+
+    Raises:
+        DecodeProblem: what is wrong with the line (never a bare decoder error).
+    """
+    try:
+        return _decode_verdict_record(line)
+    except RecursionError:
+        raise DecodeProblem(_TOO_DEEP) from None
+
+
+_TOO_DEEP = "JSON nested too deeply to decode"
+
+
+def _decode_episode_record(line: bytes) -> EpisodeRecord:
     """Decode one episode-stream line. Raises :class:`DecodeProblem`."""
     env = _envelope(line)
     if env.kind is None:
@@ -178,7 +205,7 @@ _PROVENANCE_FIELDS = frozenset(Provenance.__struct_fields__)
 _LEGACY_FIELDS = frozenset(LegacyProvenance.__struct_fields__)
 
 
-def decode_verdict_record(line: bytes) -> VerdictRecord:
+def _decode_verdict_record(line: bytes) -> VerdictRecord:
     """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict."""
     try:
         return verdict_fast_decoder.decode(line)

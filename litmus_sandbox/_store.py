@@ -309,8 +309,8 @@ def _fast_verdicts(data: bytes) -> list[Any] | None:
     decoder = verdict_fast_decoder if b'"kind"' in head else legacy_fast_decoder
     try:
         records: list[Any] = decoder.decode_lines(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # the per-line reader names the line and its problem
     return records
 
 

@@ -418,3 +418,36 @@ def test_python_judge_module_nowhere_is_one_clear_error(suite: Path) -> None:
     assert out.stderr.count("\n") == 1
     assert "nosuchjudge" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_too_deeply_nested_input_is_bad_input_not_a_crash(tmp_path: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    line = '{"run_id":"a","safe":true,"provenance":{"x":' + deep + ',"judge_version":"j"}}'
+    (tmp_path / "deep.jsonl").write_text(line + "\n")
+    r = run("gate", "--baseline", "deep.jsonl", "--candidate", "deep.jsonl", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr == "litmus-sandbox: error: deep.jsonl:1: JSON nested too deeply to decode\n"
+    header = '{"kind":"episode","v":1,"episode_id":"e","case_id":"c","meta":{"x":' + deep + "}}"
+    (tmp_path / "deep.episodes.jsonl").write_text(header + "\n")
+    (tmp_path / "p.toml").write_text(POLICY.format(refusal="false"))
+    r = run("score", "deep.episodes.jsonl", "--policy", "p.toml", "-o", "v.jsonl", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "deep.episodes.jsonl:1: JSON nested too deeply" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_bug_exits_3_never_the_regression_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from litmus_sandbox import _cli
+
+    def broken(args: object) -> int:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(_cli, "cmd_gate", broken)
+    assert _cli.main(["gate", "--baseline", "b", "--candidate", "c"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err  # for the bug report
+    assert err.endswith(
+        "internal error (a bug; please report it with the lines above): ZeroDivisionError: boom\n"
+    )
