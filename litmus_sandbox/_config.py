@@ -272,7 +272,10 @@ def _build_judge(cfg: JudgeConfig, base_dir: str | None, where: str) -> Judge:
     if cfg.kind == "rules":
         if cfg.entry is not None or cfg.path is not None:
             raise ConfigError(f"{where}: 'entry' and 'path' go with kind = \"python\"")
-        return RulesJudge(cfg.rules, label=cfg.label or "rules")
+        try:
+            return RulesJudge(cfg.rules, label=cfg.label or "rules")
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     if cfg.kind == "python":
         if cfg.entry is None:
             raise ConfigError(f'{where}: kind = "python" needs entry = "module:function"')

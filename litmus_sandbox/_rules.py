@@ -45,7 +45,7 @@ class _Rule:
     def __init__(self, cfg: RuleConfig, position: int) -> None:
         self.cfg = cfg
         self.id = cfg.id or f"rule-{position}"
-        where = f"judge.rules[{position}] ({self.id})"
+        where = f"rules[{position}] ({self.id})"
         on_call = any(getattr(cfg, k) is not None for k in _CALL_KEYS + _EFFECT_KEYS)
         on_text = cfg.text is not None
         if not on_call and not on_text:

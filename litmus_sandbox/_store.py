@@ -320,11 +320,15 @@ def write_verdicts(
     """Write a verdict stream (policy record first) to ``path``, replacing it."""
     tmp = Path(f"{os.fspath(path)}.tmp")
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "wb") as f:
-        if policy is not None:
-            f.write(encode(policy))
-        for verdict in verdicts:
-            f.write(encode(verdict))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            if policy is not None:
+                f.write(encode(policy))
+            for verdict in verdicts:
+                f.write(encode(verdict))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise

@@ -451,3 +451,25 @@ def test_a_bug_exits_3_never_the_regression_code(
     assert err.endswith(
         "internal error (a bug; please report it with the lines above): ZeroDivisionError: boom\n"
     )
+
+
+def test_policy_errors_name_the_policy_file(suite: Path) -> None:
+    (suite / "badre.toml").write_text(
+        '[judge]\nkind = "rules"\n[[judge.rules]]\ntext = "(unclosed"\n'
+    )
+    r = run(
+        "score", "candidate.episodes.jsonl", "--policy", "badre.toml", "-o", "v.jsonl", cwd=suite
+    )
+    assert r.returncode == 2
+    assert r.stderr.startswith("litmus-sandbox: error: badre.toml: [judge]: rules[0] ")
+    assert "not a valid regular expression" in r.stderr
+
+
+def test_output_onto_a_directory_fails_cleanly_and_leaves_nothing(suite: Path) -> None:
+    (suite / "adir").mkdir()
+    before = set(suite.iterdir())
+    r = run("score", "candidate.episodes.jsonl", "--policy", "policy.toml", "-o", "adir", cwd=suite)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1
+    assert "adir" in r.stderr
+    assert set(suite.iterdir()) - before <= {suite / "cache.sqlite"}
