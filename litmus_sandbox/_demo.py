@@ -190,6 +190,7 @@ async def record(out: Path, name: str, version: int, *, legacy: bool, policy: Po
     """Record every case with agent 1.``version`` into ``out/name.episodes.jsonl``."""
     root = await anyio.to_thread.run_sync(_prepare_root, out / f"{name}-sandbox")
     episodes = out / f"{name}.episodes.jsonl"
+    episodes.unlink(missing_ok=True)  # a demo run again in the same folder starts afresh
     async with Sandbox(root=root, episodes=episodes, policy=policy, tools=make_tools(root)) as sb:
         for case, (prompt, v0, v1) in CASES.items():
             agent = f"demo-agent@1.{version}"

@@ -12,13 +12,15 @@ from litmus_sandbox import ToolCallStep, read_episodes
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    r = subprocess.run(
-        [sys.executable, "-m", "litmus_sandbox._cli", "demo", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    for _ in range(2):  # run again in the same folder: it starts afresh, nothing doubles
+        r = subprocess.run(
+            [sys.executable, "-m", "litmus_sandbox._cli", "demo", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+    assert len(read_episodes([out / "candidate.episodes.jsonl"])) == 6
     assert "naive gate" in r.stdout
     assert "recording_truncated" in r.stdout
 
