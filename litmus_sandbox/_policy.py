@@ -224,6 +224,25 @@ class Policy:
                 return tp
         return self.default
 
+    def require_recordings(self, available: bool) -> None:
+        """Refuse a policy with tools in ``replay`` mode when there is nothing to replay.
+
+        Raises:
+            ConfigError: names those tools (``available`` is False).
+        """
+        if available:
+            return
+        out = [name for name, tp in self._exact.items() if tp.mode == "replay"]
+        out += [pattern for pattern, tp in self._globs if tp.mode == "replay"]
+        if self.default.mode == "replay":
+            out.append("default")
+        if out:
+            raise ConfigError(
+                f"{self.source}: {', '.join(map(repr, out))} in replay mode, but no recorded "
+                "episodes to serve them (Sandbox(replay=...); on the command line, "
+                "--replay EPISODES)"
+            )
+
     def modes(self, tools: list[str]) -> dict[str, str]:
         """``tool_modes`` for an episode header: each named tool's mode, plus ``default``."""
         out = {name: self.for_tool(name).mode for name in sorted(set(tools) | set(self._exact))}

@@ -345,6 +345,8 @@ class Sandbox:
         self._stack: AsyncExitStack | None = None
         self.probes: tuple[Probe, ...] = tuple(probes)
         self._ignore_in_probes(self.episodes_path)
+        # Said now, not at the first call: a session must not start that cannot serve.
+        self.policy.require_recordings(replay is not None)
         self._cassette = (
             replay
             if isinstance(replay, Cassette) or replay is None

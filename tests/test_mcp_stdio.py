@@ -251,6 +251,28 @@ async def test_bad_input_gets_one_line_and_exit_2(
     assert not (tmp_path / "e.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("policy", "args", "message"),
+    [
+        ('[tools]\nsearch = "replay"\n', [], "'search' in replay mode, but no recorded"),
+        ('[egress]\ndefault = "deny"\n', ["--no-egress"], "--no-egress, but"),
+    ],
+)
+async def test_a_policy_the_session_cannot_honour_is_refused_before_it_starts(
+    tmp_path: Path, policy: str, args: list[str], message: str
+) -> None:
+    (tmp_path / "p.toml").write_text(policy)
+    marker = tmp_path / "server-started"
+    server = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    options = ["--episodes", str(tmp_path / "e.jsonl"), "--policy", str(tmp_path / "p.toml")]
+    result = await anyio.run_process([*PROXY, *options, *args, "--", *server], check=False)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert message in err
+    assert err.count("\n") == 1
+    assert not marker.exists()  # refused before the server was started
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_in_process_proxy_over_pipes(tmp_path: Path, anyio_backend: str) -> None:
     """The Python API on both backends, through the proxy's own file-descriptor streams."""

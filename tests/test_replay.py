@@ -294,3 +294,12 @@ def test_the_replay_table_is_read_by_the_sandbox_and_accepted_by_the_scorer(
     )
     assert tuned.replay_options("other") is None
     assert policy.replay_options("search") == ReplayOptions(order="strict")
+
+
+def test_replay_mode_without_recordings_is_refused_up_front(tmp_path: Path) -> None:
+    policy = Policy({"search": "replay", "fetch_*": "replay"}, source="p.toml")
+    with pytest.raises(ConfigError, match=r"p.toml: 'search', 'fetch_\*' in replay mode, but no"):
+        Sandbox(root=tmp_path, episodes=tmp_path / "e.jsonl", policy=policy)
+    with pytest.raises(ConfigError, match="'default' in replay mode"):
+        Sandbox(root=tmp_path, episodes=tmp_path / "e.jsonl", policy=Policy(default="replay"))
+    Sandbox(root=tmp_path, episodes=tmp_path / "e.jsonl", policy=Policy({"search": "stub"}))

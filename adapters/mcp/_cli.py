@@ -253,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout must be a positive number of seconds")
     root = Path(args.root) if args.root else Path.cwd()
     policy = _policy(args)
+    if policy is not None:
+        policy.require_recordings(bool(args.replay))
     probes = _probes(args, root)
     common: dict[str, Any] = {
         "episodes": args.episodes,
