@@ -29,7 +29,10 @@ async def add(a: int, b: int) -> int:
 async def measure(batches: int, batch: int, out: Path) -> dict[str, float]:
     direct: list[float] = []
     recorded: list[float] = []
-    sandbox = Sandbox(root=out / "root", episodes=out / "eps.jsonl", tools={"add": add})
+    # No oracles (the issue measures the recorder alone): no probes, egress unwatched.
+    sandbox = Sandbox(
+        root=out / "root", episodes=out / "eps.jsonl", tools={"add": add}, probes=(), egress=False
+    )
     async with sandbox, sandbox.episode("bench") as ep:
         for _ in range(batch * 5):  # warm up
             await ep.call("add", a=1, b=2)

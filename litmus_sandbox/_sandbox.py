@@ -38,6 +38,7 @@ from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
 from ._errors import ConfigError
 from ._policy import Policy, Stub, ToolPolicy
+from ._policy_file import read_policy_file
 from ._records import (
     SCHEMA_VERSION,
     Actual,
@@ -65,6 +66,7 @@ from ._tool_calls import (
 from .oracles._probe import Probe
 from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
 from .oracles.findings import call_findings, merge, unattributed_findings
+from .oracles.fs import FsProbe
 
 #: Runs a call for real on behalf of an adapter: ``await runner(tool, args)``.
 Runner = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -286,11 +288,15 @@ class Sandbox:
             case (see ``Cassette.session``); ``record-new`` misses are appended to the
             first file. ``replay_reports`` keeps each ended episode's
             :class:`ReplayReport`.
-        probes: side-effect oracles (filesystem, egress, state...) that observe every call.
+        probes: side-effect oracles (filesystem, state...) that observe every call. By
+            default (None) the filesystem oracle watches ``root`` (``FsProbe(root)``, with
+            its default tripwires); ``()`` attaches none.
         egress: an egress policy (or the ``[egress]`` table as a mapping), or an
             :class:`EgressProbe` (e.g. one that replays or records HTTP responses): adds an
             :class:`EgressProbe`, whose transport ``http_client()`` hands out, and a
-            loopback forward proxy for the subprocess tools of ``ep.run``.
+            loopback forward proxy for the subprocess tools of ``ep.run``. By default (None)
+            the ``[egress]`` table of a policy file given as ``policy``, else allow every
+            host and record every request; ``False`` leaves egress unwatched.
         strict_egress: run subprocess tools in their own network namespace whose only way
             out is the proxy: ``True`` requires it, ``False`` uses proxy variables only,
             ``None`` (default) uses it where this machine allows and says which in the
@@ -308,12 +314,21 @@ class Sandbox:
         timeout: float | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
-        probes: Sequence[Probe] = (),
-        egress: EgressPolicy | EgressProbe | Mapping[str, Any] | None = None,
+        probes: Sequence[Probe] | None = None,
+        egress: EgressPolicy | EgressProbe | Mapping[str, Any] | bool | None = None,
         strict_egress: bool | None = None,
     ) -> None:
         self.root = Path(root)
         self.episodes_path = Path(episodes)
+        if probes is None:
+            probes = [FsProbe(self.root)]
+        if egress is None:
+            table = None
+            if isinstance(policy, str | os.PathLike):
+                table = read_policy_file(policy).get("egress")
+            egress = table if isinstance(table, Mapping) else {}
+        elif egress is True:
+            egress = {}
         if policy is None:
             self.policy = Policy()
         elif isinstance(policy, Policy):
@@ -331,7 +346,7 @@ class Sandbox:
         if isinstance(egress, EgressProbe):
             self.egress = egress
             probes = [*probes, self.egress]
-        elif egress is not None:
+        elif egress is not False:
             ep_policy = (
                 egress
                 if isinstance(egress, EgressPolicy)
@@ -404,10 +419,13 @@ class Sandbox:
         """An httpx client whose every request is recorded and decided by the egress policy.
 
         Raises:
-            ConfigError: the sandbox has no egress policy (``Sandbox(egress=...)``).
+            ConfigError: the sandbox's egress is not watched (``Sandbox(egress=False)``).
         """
         if self.egress is None:
-            raise ConfigError("http_client() needs an egress policy: Sandbox(egress=...)")
+            raise ConfigError(
+                "http_client() needs an egress policy, and this sandbox was made with "
+                "egress=False"
+            )
         return self.egress.client(**kwargs)
 
     # ------------------------------------------------------------ lifecycle
@@ -484,6 +502,8 @@ class Sandbox:
         meta: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[EpisodeRecorder]:
         """Record one episode of ``case_id``; closed ``complete`` or ``aborted``."""
+        if self._writer is None:
+            raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
         session: ReplaySession | None = None
         sources: tuple[str, ...] = ()
         header_meta = dict(meta or {})

@@ -78,7 +78,7 @@ async def test_state_probe_attributes_changes_and_finds_stub_leaks(tmp_path: Pat
         world["inbox"].append({"from": "x"})
         await ep.call("archive", to="a@b")
     (episode,) = read_episodes([tmp_path / "e.jsonl"])
-    assert episode.header.oracles == {"mailbox": {"kind": "state"}}
+    assert episode.header.oracles["mailbox"] == {"kind": "state"}
     send, archive = (s for s in episode.steps if isinstance(s, ToolCallStep))
     (change,) = send.effects.state
     assert change["changed"] == ["$.sent[0]"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from litmus_sandbox import Sandbox, ToolCallStep, read_episodes
+from litmus_sandbox import ConfigError, Sandbox, ToolCallStep, read_episodes
 from litmus_sandbox.oracles.egress import strict_available
 
 pytestmark = pytest.mark.anyio
@@ -124,3 +124,55 @@ async def test_strict_mode_blocks_a_client_that_ignores_the_proxy(
     (step,) = steps_of(tmp_path / "e.jsonl")
     assert any(e.decision == "blocked" for e in step.effects.egress)
     assert _Hello.hits == []  # nothing reached the server directly
+
+
+async def test_a_sandbox_watches_files_and_egress_by_default(tmp_path: Path, server: str) -> None:
+    """No probes, no egress given: the filesystem oracle watches the root, and every request
+    through ``http_client()`` is allowed and recorded on the step that made it."""
+    root = tmp_path / "r"
+    sb = Sandbox(root=root, episodes=tmp_path / "e.jsonl")
+
+    async def fetch_and_save(url: str) -> str:
+        async with sb.http_client() as client:
+            text = (await client.get(url)).text
+        (root / "saved.txt").write_text(text)
+        return "ok"
+
+    sb.tool(fetch_and_save)
+    async with sb, sb.episode("c") as ep:
+        await ep.call("fetch_and_save", url=f"{server}/page")
+    (ep_read,) = read_episodes([tmp_path / "e.jsonl"])
+    assert set(ep_read.header.oracles) == {"fs", "egress"}
+    (step,) = steps_of(tmp_path / "e.jsonl")
+    assert [(e.path, e.op) for e in step.effects.fs] == [("saved.txt", "created")]
+    assert [(e.host, e.path, e.decision) for e in step.effects.egress] == [
+        ("127.0.0.1", "/page", "allow")
+    ]
+
+
+async def test_a_policy_files_egress_table_applies(tmp_path: Path, server: str) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('[egress]\ndefault = "deny"\n')
+    sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy=policy, probes=())
+
+    async def fetch(url: str) -> int:
+        async with sb.http_client() as client:
+            return (await client.get(url)).status_code
+
+    sb.tool(fetch)
+    async with sb, sb.episode("c") as ep:
+        denied = await ep.call("fetch", url=f"{server}/a")
+    assert denied.value == 403
+    (step,) = steps_of(tmp_path / "e.jsonl")
+    assert [e.decision for e in step.effects.egress] == ["deny"]
+    assert _Hello.hits == []
+
+
+async def test_oracles_can_be_turned_off(tmp_path: Path) -> None:
+    sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", probes=(), egress=False)
+    async with sb, sb.episode("c"):
+        with pytest.raises(ConfigError, match="needs an egress policy"):
+            sb.http_client()
+        assert sb.egress_env() == {}
+    (ep,) = read_episodes([tmp_path / "e.jsonl"])
+    assert ep.header.oracles == {}

@@ -115,6 +115,7 @@ class HttpProxy:
             "probes": probes,
             "replay": replay,
             "fsync": fsync,
+            "egress": False,  # the server is remote: its egress is not ours to see
         }
         self._slots: dict[str, EpisodeSlot] = {}
         self._stopping = anyio.Event()

@@ -155,6 +155,7 @@ class ReplayServer:
             "probes": probes,
             "replay": cassette,
             "fsync": fsync,
+            "egress": False,  # no server runs: there is no egress to see
         }
 
     async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:

@@ -153,7 +153,7 @@ class StdioProxy:
             "probes": probes,
             "replay": replay,
             "fsync": fsync,
-            "egress": egress,
+            "egress": egress if egress is not None else False,
             "strict_egress": False if egress is not None else None,
         }
 
