@@ -188,3 +188,65 @@ async def test_an_upstream_that_dies_mid_event_stream(
     assert step.shown.is_error
     assert episode.end is not None
     assert episode.end.status == "aborted"
+
+
+async def test_headers_are_forwarded_as_the_client_sent_them(tmp_path: Path) -> None:
+    """Nothing is added to what the client sent (no Accept-Encoding, no User-Agent of the
+    proxy's own), for relayed messages and recorded calls alike."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    seen: list[list[tuple[str, str]]] = []
+
+    class Echo(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            seen.append([(k.lower(), v) for k, v in self.headers.items()])
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            reply = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply.encode())
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(proxy.serve, "127.0.0.1", 0)
+            for body in (
+                {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                call(2, "echo"),
+            ):
+                data = json.dumps(body).encode()
+                head = (
+                    f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    "Accept: application/json, text/event-stream\r\n"
+                    "Mcp-Session-Id: s-1\r\nX-Trace: t-9\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                    "Connection: close\r\n\r\n"
+                ).encode()
+                async with await anyio.connect_tcp("127.0.0.1", port) as s:
+                    await s.send(head + data)
+                    with anyio.fail_after(5):
+                        got = await s.receive()
+                    assert got.startswith(b"HTTP/1.1 200"), got
+            proxy.stop()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(seen) == 2
+    for headers in seen:
+        names = [name for name, _ in headers]
+        assert "accept-encoding" not in names
+        assert "user-agent" not in names
+        assert ("x-trace", "t-9") in headers
+        assert ("mcp-session-id", "s-1") in headers
+        assert ("accept", "application/json, text/event-stream") in headers

@@ -150,6 +150,10 @@ class HttpProxy:
             anyio.create_task_group() as outer,
         ):
             self.sandbox, self.client, self._outer = sandbox, client, outer
+            # Forward the client's headers, and only those: no httpx defaults added
+            # (Accept-Encoding, User-Agent...); Host and the body's length are still set.
+            for name in list(client.headers):
+                del client.headers[name]
             try:
                 async with listener, anyio.create_task_group() as tg:
                     tg.start_soon(self._stop_when_asked, tg.cancel_scope)
