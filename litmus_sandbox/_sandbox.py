@@ -54,7 +54,7 @@ from ._records import (
 )
 from ._replay import Cassette
 from ._replay_match import Divergence, ReplaySession, Served
-from ._store import JsonlWriter
+from ._store import JsonlWriter, as_paths
 from ._tool_calls import (
     FIDELITY_OF_MODE,
     ToolResult,
@@ -313,7 +313,7 @@ class Sandbox:
         fsync: bool = False,
         timeout: float | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-        replay: Cassette | Sequence[str | os.PathLike[str]] | None = None,
+        replay: Cassette | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         probes: Sequence[Probe] | None = None,
         egress: EgressPolicy | EgressProbe | Mapping[str, Any] | bool | None = None,
         strict_egress: bool | None = None,
@@ -365,8 +365,10 @@ class Sandbox:
         self._cassette = (
             replay
             if isinstance(replay, Cassette) or replay is None
-            else Cassette.from_files(replay, fsync=fsync)
+            else Cassette.from_files(as_paths(replay), fsync=fsync)
         )
+        if self._cassette is not None and self._cassette.record_to is not None:
+            self._ignore_in_probes(self._cassette.record_to)  # a cassette we grow: ours too
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
 
@@ -423,8 +425,7 @@ class Sandbox:
         """
         if self.egress is None:
             raise ConfigError(
-                "http_client() needs an egress policy, and this sandbox was made with "
-                "egress=False"
+                "http_client() needs an egress policy, and this sandbox was made with egress=False"
             )
         return self.egress.client(**kwargs)
 

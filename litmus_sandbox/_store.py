@@ -147,8 +147,16 @@ class _Building:
     torn: bool = False
 
 
+PathOrPaths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
+
+def as_paths(paths: PathOrPaths) -> list[str | os.PathLike[str]]:
+    """One path or several, as a list (a lone path is never iterated character by character)."""
+    return [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+
+
 def iter_episodes(
-    paths: Iterable[str | os.PathLike[str]], warnings: list[ReadWarning] | None = None
+    paths: PathOrPaths, warnings: list[ReadWarning] | None = None
 ) -> Iterator[Episode]:
     """Stream the episodes in ``paths``, each as soon as its ``end`` record is read.
 
@@ -161,7 +169,7 @@ def iter_episodes(
             a record after the episode's end, or an unreadable file.
         NewerVersionError: a record written by a newer schema version.
     """
-    for p in paths:
+    for p in as_paths(paths):
         path = os.fspath(p)
         open_eps: dict[str, _Building] = {}
         closed: set[str] = set()
@@ -224,9 +232,7 @@ def _finish(b: _Building, end: EpisodeEnd | None, path: str) -> Episode:
     return Episode(header=b.header, steps=steps, end=end, source=path, torn=b.torn)
 
 
-def read_episodes(
-    paths: Iterable[str | os.PathLike[str]], warnings: list[ReadWarning] | None = None
-) -> list[Episode]:
+def read_episodes(paths: PathOrPaths, warnings: list[ReadWarning] | None = None) -> list[Episode]:
     """All episodes of ``paths`` (see :func:`iter_episodes`)."""
     return list(iter_episodes(paths, warnings))
 

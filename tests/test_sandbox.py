@@ -309,3 +309,38 @@ async def test_sandbox_run_records_into_the_open_episode(tmp_path: Path) -> None
     (step,) = calls(tmp_path)
     assert step.tool == "run"
     assert step.shown.structured["exit_code"] == 0
+
+
+async def test_the_sandboxs_own_files_under_its_root_are_not_effects(tmp_path: Path) -> None:
+    """Episodes recorded into the root (a common tmp_path layout) are the sandbox's own
+    writes, not the tools': no effects, no unattributed changes, replays diff clean."""
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    rec = tmp_path / "rec.jsonl"
+    async with (
+        Sandbox(root=tmp_path, episodes=rec, tools={"add": add}) as sb,
+        sb.episode("c") as ep,
+    ):
+        await ep.call("add", a=1, b=2)
+        await ep.call("add", a=3, b=4)
+    (episode,) = read_episodes(rec)  # one path, not a list
+    assert "fs" in episode.header.oracles
+    assert all(s.effects.fs == () for s in episode.steps if isinstance(s, ToolCallStep))
+    assert episode.end is not None
+    assert episode.end.unattributed.fs == ()
+    assert episode.end.findings == ()
+    rerun = tmp_path / "rerun.jsonl"
+    replay = Sandbox(
+        root=tmp_path,
+        episodes=rerun,
+        tools={"add": add},
+        policy=Policy(default="replay"),
+        replay=rec,  # one path, not a list
+    )
+    async with replay, replay.episode("c") as ep:
+        assert (await ep.call("add", a=1, b=2)).value == 3
+    (again,) = read_episodes(str(rerun))
+    assert again.end is not None
+    assert again.end.unattributed.fs == ()

@@ -219,10 +219,11 @@ class FsProbe:
     # ------------------------------------------------------------ probe protocol
 
     def ignore(self, path: PathLike) -> None:
-        """Keep ``path`` (outside the root) out of the tripwires from the next episode on.
+        """Keep ``path`` out of what is watched (root and tripwires) from the next start on.
 
-        The sandbox calls this for its own episode stream, so that recording into, say, the
-        system temp dir is never mistaken for an escape.
+        The sandbox calls this for its own files (its episode stream, a cassette it grows),
+        so that recording into the root, or into the system temp dir, is never mistaken for
+        a tool's effect or an escape.
         """
         self._ignore.append(path)
 
@@ -244,7 +245,12 @@ class FsProbe:
             raise ConfigError(f"sandbox root {os.fspath(self.root)!r} is not a directory")
         tripwires = self._tripwires if self._tripwires is not None else default_tripwires()
         self._plans = plan_tripwires(root, tripwires, self._ignore, self._tripwire_max)
-        specs = [(Walker(root, hash_chunk=self.hash_chunk), "", True)]
+        inside = frozenset(
+            os.path.relpath(p, root)
+            for p in map(os.path.realpath, self._ignore)
+            if p != root and p.startswith(root.rstrip("/") + "/")
+        )
+        specs = [(Walker(root, exclude=inside, hash_chunk=self.hash_chunk), "", True)]
         for p in self._plans:
             walker = Walker(
                 p.top,
