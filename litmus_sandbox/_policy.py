@@ -10,7 +10,8 @@ A policy maps tool names (exact, or glob patterns tried in the order written) to
 * ``deny`` - do not run it; tell the agent so with ``message``;
 * ``replay`` - serve the result from a recorded episode; ``order``, ``on_miss`` and
   ``ignore`` (argument paths) say how calls are matched and what a miss does (defaults
-  from the ``[replay]`` table; see ``_replay_match.py``).
+  from the ``[replay]`` table; see ``_replay_match.py``). ``spy`` and ``record-new`` are
+  ``replay`` with that ``on_miss``.
 
 The same TOML file serves the scorer (``[scoring]``, ``[judge]``...) and the sandbox::
 
@@ -91,13 +92,33 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             parse_path(path)
 
 
-def _coerce(value: ToolPolicy | str | Mapping[str, Any], where: str) -> ToolPolicy:
+#: Modes that are replay with a given ``on_miss``: ``spy = replay, on_miss = "spy"``.
+_REPLAY_ALIASES = {"spy": "spy", "record-new": "record-new"}
+
+
+def _coerce(value: ToolPolicy | Stub | str | Mapping[str, Any], where: str) -> ToolPolicy:
+    """A tool's policy from what a user may write: a mode, a table, a Stub, a ToolPolicy."""
     if isinstance(value, ToolPolicy):
         return value
-    if isinstance(value, str):
+    if isinstance(value, Stub):
+        value = {"mode": "stub", "result": value}
+    elif isinstance(value, str):
         value = {"mode": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f'{where}: expected a mode (a string) or a table like {{ mode = "stub", ... }}, '
+            f"not {type(value).__name__} {value!r}"
+        )
+    fields = dict(value)
+    if (mode := fields.get("mode")) in _REPLAY_ALIASES:
+        if fields.get("on_miss") not in (None, _REPLAY_ALIASES[mode]):
+            raise ConfigError(f"{where}: mode {mode!r} already says on_miss = {mode!r}")
+        fields.update(mode="replay", on_miss=_REPLAY_ALIASES[mode])
+    result = fields.get("result")
+    if fields.get("mode") == "stub" and callable(result) and not isinstance(result, Stub):
+        fields["result"] = Stub(result)  # computed from the arguments
     try:
-        return msgspec.convert(dict(value), ToolPolicy)
+        return msgspec.convert(fields, ToolPolicy)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -117,13 +138,16 @@ class Policy:
 
     def __init__(
         self,
-        tools: Mapping[str, ToolPolicy | str | Mapping[str, Any]] | None = None,
+        tools: Mapping[str, ToolPolicy | Stub | str | Mapping[str, Any]] | None = None,
         *,
-        default: ToolPolicy | str = "real",
+        default: ToolPolicy | Stub | str = "real",
         source: str = "policy",
         replay: ReplayOptions | Mapping[str, Any] | None = None,
+        egress: Mapping[str, Any] | None = None,
     ) -> None:
         self.source = source
+        #: The ``[egress]`` table that came with this policy (a sandbox applies it), if any.
+        self.egress = dict(egress) if egress is not None else None
         self.replay = replay_options(replay, f"{source}: [replay]")
         self._replay_cache: dict[str, ReplayOptions | None] = {}
         self.default = _coerce(default, f"{source}: [tools] default")
@@ -155,21 +179,32 @@ class Policy:
         return cls(tools, default=default, source=source, replay=replay)
 
     @classmethod
+    def from_document(cls, data: Mapping[str, Any], *, source: str = "policy") -> Policy:
+        """Build from a whole policy document (a parsed file): its ``[tools]``, ``[replay]``
+        and ``[egress]`` tables; the scorer's tables are left to the scorer.
+
+        Raises:
+            ConfigError: a table that is not a table, unknown modes, keys or values.
+        """
+        tables = {}
+        for name in ("tools", "replay", "egress"):
+            table = data.get(name)
+            if table is not None and not isinstance(table, Mapping):
+                raise ConfigError(f"{source}: [{name}] must be a table")
+            tables[name] = table
+        policy = cls.from_mapping(tables["tools"] or {}, source=source, replay=tables["replay"])
+        policy.egress = dict(tables["egress"]) if tables["egress"] is not None else None
+        return policy
+
+    @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """Read the ``[tools]`` table of a policy file.
+        """Read the ``[tools]``, ``[replay]`` and ``[egress]`` tables of a policy file.
 
         Raises:
             ConfigError: unreadable file, bad TOML, unknown keys or modes.
         """
         p = os.fspath(path)
-        data = read_policy_file(p)
-        tools = data.get("tools", {})
-        if not isinstance(tools, dict):
-            raise ConfigError(f"{p}: [tools] must be a table")
-        replay = data.get("replay")
-        if replay is not None and not isinstance(replay, dict):
-            raise ConfigError(f"{p}: [replay] must be a table")
-        return cls.from_mapping(tools, source=p, replay=replay)
+        return cls.from_document(read_policy_file(p), source=p)
 
     def with_replay(
         self,

@@ -38,7 +38,6 @@ from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
 from ._errors import ConfigError
 from ._policy import Policy, Stub, ToolPolicy
-from ._policy_file import read_policy_file
 from ._records import (
     SCHEMA_VERSION,
     Actual,
@@ -271,13 +270,25 @@ class EpisodeRecorder:
         return effects, unattributed_findings(effects)
 
 
+_DOCUMENT_TABLES = frozenset({"tools", "replay", "egress", "scoring", "judge", "refusal", "oracle"})
+
+
+def _policy_from_mapping(data: Mapping[str, Any]) -> Policy:
+    """A policy given as a mapping: a whole policy document (``{"tools": {...}, ...}``,
+    as a parsed file), or else the ``[tools]`` table alone."""
+    if isinstance(data.get("tools"), Mapping) and set(data) <= _DOCUMENT_TABLES:
+        return Policy.from_document(data)
+    return Policy.from_mapping(data)
+
+
 class Sandbox:
     """The proxy between an agent and its tools.
 
     Args:
         root: the sandbox directory (created if missing); tools' working area.
         episodes: the episode stream to append to (JSON Lines).
-        policy: a :class:`Policy`, a path to a policy file, or None (everything real).
+        policy: a :class:`Policy`, a path to a policy file, a mapping (a parsed policy
+            document, or its ``[tools]`` table alone), or None (everything real).
         tools: tools to register (name -> callable), sync or async.
         fsync: fsync every record (slower, survives power loss).
         timeout: default per-call timeout in seconds (a tool's policy may override).
@@ -295,8 +306,8 @@ class Sandbox:
             :class:`EgressProbe` (e.g. one that replays or records HTTP responses): adds an
             :class:`EgressProbe`, whose transport ``http_client()`` hands out, and a
             loopback forward proxy for the subprocess tools of ``ep.run``. By default (None)
-            the ``[egress]`` table of a policy file given as ``policy``, else allow every
-            host and record every request; ``False`` leaves egress unwatched.
+            the policy's ``[egress]`` table, else allow every host and record every
+            request; ``False`` leaves egress unwatched.
         strict_egress: run subprocess tools in their own network namespace whose only way
             out is the proxy: ``True`` requires it, ``False`` uses proxy variables only,
             ``None`` (default) uses it where this machine allows and says which in the
@@ -308,7 +319,7 @@ class Sandbox:
         *,
         root: str | os.PathLike[str],
         episodes: str | os.PathLike[str],
-        policy: Policy | str | os.PathLike[str] | None = None,
+        policy: Policy | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         tools: Mapping[str, Callable[..., Any]] | None = None,
         fsync: bool = False,
         timeout: float | None = None,
@@ -322,19 +333,18 @@ class Sandbox:
         self.episodes_path = Path(episodes)
         if probes is None:
             probes = [FsProbe(self.root)]
-        if egress is None:
-            table = None
-            if isinstance(policy, str | os.PathLike):
-                table = read_policy_file(policy).get("egress")
-            egress = table if isinstance(table, Mapping) else {}
-        elif egress is True:
-            egress = {}
+
         if policy is None:
             self.policy = Policy()
         elif isinstance(policy, Policy):
             self.policy = policy
+        elif isinstance(policy, Mapping):
+            self.policy = _policy_from_mapping(policy)
         else:
             self.policy = Policy.from_file(policy)
+        if egress is None or egress is True:
+            # The policy's own [egress] table, else allow and record every host.
+            egress = self.policy.egress if self.policy.egress is not None else {}
         self._tools: dict[str, Callable[..., Any]] = {}
         for name, fn in (tools or {}).items():
             self.tool(fn, name=name)

@@ -344,3 +344,56 @@ async def test_the_sandboxs_own_files_under_its_root_are_not_effects(tmp_path: P
     (again,) = read_episodes(str(rerun))
     assert again.end is not None
     assert again.end.unattributed.fs == ()
+
+
+async def test_stubs_computed_from_arguments_however_written(tmp_path: Path) -> None:
+    """A callable ``result``, a bare ``Stub``, and ``Stub`` as ``result`` all compute."""
+    policy = Policy(
+        {
+            "mul": {"mode": "stub", "result": lambda a, b: a * b},
+            "add": Stub(lambda a, b: a + b),
+            "sub": {"mode": "stub", "result": Stub(lambda a, b: a - b)},
+        }
+    )
+    async with (
+        Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy=policy, probes=()) as sb,
+        sb.episode("c") as ep,
+    ):
+        got = [(await ep.call(t, a=6, b=3)).value for t in ("mul", "add", "sub")]
+    assert got == [18, 9, 3]
+    steps = read_episodes(tmp_path / "e.jsonl")[0].steps
+    assert [s.fidelity for s in steps if isinstance(s, ToolCallStep)] == ["stubbed"] * 3
+
+
+def test_spy_and_record_new_are_modes_too() -> None:
+    policy = Policy({"a": "spy", "b": {"mode": "record-new", "ignore": ["$.t"]}})
+    assert (policy.for_tool("a").mode, policy.for_tool("a").on_miss) == ("replay", "spy")
+    assert (policy.for_tool("b").mode, policy.for_tool("b").on_miss) == ("replay", "record-new")
+    with pytest.raises(ConfigError, match="already says"):
+        Policy({"c": {"mode": "spy", "on_miss": "error"}})
+
+
+@pytest.mark.parametrize("value", [3, 2.5, True, ["stub"]])
+def test_a_tool_policy_of_the_wrong_type_is_a_config_error(value: object) -> None:
+    with pytest.raises(ConfigError, match="expected a mode"):
+        Policy.from_mapping({"foo": value})
+
+
+async def test_a_policy_given_as_a_mapping_or_document(tmp_path: Path) -> None:
+    as_tools = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy={"send_email": "deny"}
+    )
+    assert as_tools.policy.for_tool("send_email").mode == "deny"
+    document = {"tools": {"send_email": "stub"}, "egress": {"default": "deny"}}
+    as_doc = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy=document)
+    assert as_doc.policy.for_tool("send_email").mode == "stub"
+    assert as_doc.egress is not None
+    assert as_doc.egress.policy.default.mode == "deny"
+    # The same from a file read into a Policy object: its [egress] table comes along.
+    p = tmp_path / "p.toml"
+    p.write_text('[tools]\nsend_email = "stub"\n[egress]\ndefault = "deny"\n')
+    from_file = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy=Policy.from_file(p)
+    )
+    assert from_file.egress is not None
+    assert from_file.egress.policy.default.mode == "deny"
