@@ -73,11 +73,13 @@ def _as(cls: type[_S], obj: msgspec.Struct, **changes: Any) -> _S:
 
 
 class DecodeProblem(ValueError):
-    """A line could not be decoded; ``newer`` marks a newer-version record."""
+    """A line could not be decoded; ``newer`` marks a newer-version record, ``torn`` a line
+    that is the start of a JSON document cut short (a write interrupted by a crash)."""
 
-    def __init__(self, message: str, *, newer: bool = False) -> None:
+    def __init__(self, message: str, *, newer: bool = False, torn: bool = False) -> None:
         super().__init__(message)
         self.newer = newer
+        self.torn = torn
 
 
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
@@ -117,7 +119,8 @@ def _envelope(line: bytes) -> _Envelope:
     except msgspec.ValidationError:
         raise DecodeProblem("not a JSON object") from None
     except msgspec.DecodeError as exc:
-        raise DecodeProblem(f"not valid JSON ({exc})") from None
+        torn = str(exc) == "Input data was truncated" and line.lstrip().startswith(b"{")
+        raise DecodeProblem(f"not valid JSON ({exc})", torn=torn) from None
 
 
 def _check_version(env: _Envelope, what: str) -> None:

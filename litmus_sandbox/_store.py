@@ -177,14 +177,24 @@ def iter_episodes(
             try:
                 record = decode_episode_record(line)
             except DecodeProblem as problem:
-                if last_unterminated and not problem.newer:
-                    msg = "torn last line (the writer stopped mid-record); kept every whole line"
+                # A torn record: the last line cut short, or one cut short by a crash and
+                # then followed by the records of a writer that appended after it (the
+                # writer starts a fresh line). Its episode is incomplete; nothing else is.
+                if (last_unterminated or problem.torn) and not problem.newer:
+                    msg = (
+                        "torn last line (the writer stopped mid-record); kept every whole line"
+                        if last_unterminated
+                        else "torn record (a write cut short by a crash, appended after); "
+                        "kept every whole line"
+                    )
                     if warnings is not None:
                         warnings.append(ReadWarning(path, lineno, msg))
                     owner = _torn_owner(line, open_eps)
                     for b in [owner] if owner is not None else list(open_eps.values()):
                         b.torn = True
-                    break
+                    if last_unterminated:
+                        break
+                    continue
                 _raise(path, lineno, problem)
                 raise AssertionError("unreachable") from None
             eid = record.episode_id

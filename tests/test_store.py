@@ -21,6 +21,7 @@ from litmus_sandbox import (
     JsonlWriter,
     NewerVersionError,
     PolicyRecord,
+    ReadWarning,
     RecordDecodeError,
     ReplaySource,
     read_episodes,
@@ -175,6 +176,31 @@ def test_writer_starts_a_fresh_line_after_a_torn_tail(tmp_path: Path) -> None:
         w.write(header("b", "cb"))
     lines = p.read_bytes().split(b"\n")
     assert json.loads(lines[1])["episode_id"] == "b"
+
+
+def test_a_file_appended_to_after_a_crash_reads_whole(tmp_path: Path) -> None:
+    """A crash cuts episode a's step short; a new writer appends episode b. Both read: a
+    incomplete (its torn record reported), b complete; a garbage line is still an error."""
+    p = tmp_path / "e.jsonl"
+    p.write_bytes(
+        encode(header("a", "ca"))
+        + encode(msg(0, "user", "hi", eid="a"))
+        + encode(msg(1, "assistant", "working on it", eid="a"))[:-12]
+    )
+    with JsonlWriter(p) as w:
+        w.write(header("b", "cb"))
+        w.write(msg(0, "user", "hello", eid="b"))
+        w.write(end("b", 1))
+    warnings: list[ReadWarning] = []
+    a, b = sorted(read_episodes(p, warnings), key=lambda e: e.episode_id)
+    assert [(w.line, "torn record" in w.message) for w in warnings] == [(3, True)]
+    assert not a.complete
+    assert a.torn
+    assert [s.index for s in a.steps] == [0]
+    assert b.complete
+    p.write_bytes(p.read_bytes() + b"not json at all\n")
+    with pytest.raises(RecordDecodeError, match=":7: "):
+        read_episodes(p)
 
 
 def test_full_tool_call_round_trips() -> None:
