@@ -57,6 +57,7 @@ from ._store import JsonlWriter, as_paths
 from ._tool_calls import (
     FIDELITY_OF_MODE,
     ToolResult,
+    cap_text,
     capped_text,
     run_tool,
     shown_value,
@@ -774,20 +775,26 @@ class Sandbox:
                 else (content[0]["text"] if content else None),
                 repr_only=bool(meta.get("repr_only")),
             )
+            # What happened is capped like what is shown: its size and hash say the whole.
+            if "capped" in meta:
+                pmeta = {**pmeta, "actual_capped": meta["capped"]}
             return step("swallowed", Shown(content=placeholder), actual, pmeta)
+        message, capped = cap_text(outcome.error_message or "", cap)
         actual = Actual(
             outcome=outcome.kind,
             error_type=outcome.error_type,
-            error_message=outcome.error_message,
+            error_message=message if outcome.error_message is not None else None,
         )
         if swallow:
-            return step("swallowed", Shown(content=placeholder), actual, pmeta)
+            extra = {"actual_capped": capped} if capped is not None else {}
+            return step("swallowed", Shown(content=placeholder), actual, {**pmeta, **extra})
         text = (
             f"tool timed out after {timeout:g}s"
             if outcome.kind == "timeout" and timeout is not None
-            else f"{outcome.error_type}: {outcome.error_message}"
+            else f"{outcome.error_type}: {message}"
         )
-        return step("real", Shown(content=({"type": "text", "text": text},), is_error=True), actual)
+        shown = Shown(content=({"type": "text", "text": text},), is_error=True)
+        return step("real", shown, actual, {"capped": capped} if capped is not None else {})
 
 
 def _describe(probe: Probe, sandbox: Sandbox) -> Any:

@@ -48,12 +48,20 @@ def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, d
         except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError):
             text, structured = repr(value), None
             meta["repr_only"] = True
-    data = text.encode()
-    if len(data) > cap:
-        meta["capped"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        text = data[:cap].decode(errors="ignore")
+    text, capped = cap_text(text, cap)
+    if capped is not None:
+        meta["capped"] = capped
         structured = None
     return ({"type": "text", "text": text},), structured, meta
+
+
+def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:
+    """``text`` cut to ``cap`` bytes (UTF-8), and the size and sha256 of the whole when cut."""
+    data = text.encode(errors="surrogatepass")
+    if len(data) <= cap:
+        return text, None
+    whole = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return data[:cap].decode(errors="ignore"), whole
 
 
 FIDELITY_OF_MODE = {

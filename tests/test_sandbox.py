@@ -397,3 +397,46 @@ async def test_a_policy_given_as_a_mapping_or_document(tmp_path: Path) -> None:
     )
     assert from_file.egress is not None
     assert from_file.egress.policy.default.mode == "deny"
+
+
+async def test_large_errors_and_swallowed_results_are_capped_with_size_and_hash(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    big = "e" * 300_000
+
+    def explode() -> None:
+        raise ValueError(big)
+
+    def hoard() -> dict[str, str]:
+        return {"data": big}
+
+    policy = Policy({"hoard": {"mode": "swallow", "shown": "ok"}, "hidden": "swallow"})
+    sb = Sandbox(
+        root=tmp_path / "r",
+        episodes=tmp_path / "e.jsonl",
+        policy=policy,
+        tools={"explode": explode, "hoard": hoard, "hidden": explode},
+        max_result_bytes=1000,
+        probes=(),
+    )
+    async with sb, sb.episode("c") as ep:
+        await ep.call("explode")
+        await ep.call("hoard")
+        await ep.call("hidden")
+    raised, hoarded, hidden = (
+        s for s in read_episodes(tmp_path / "e.jsonl")[0].steps if isinstance(s, ToolCallStep)
+    )
+    whole = {"size": len(big), "sha256": hashlib.sha256(big.encode()).hexdigest()}
+    assert raised.meta["capped"] == whole
+    assert raised.actual is not None
+    assert raised.actual.error_message == "e" * 1000
+    assert len(raised.shown.text()) < 1100
+    as_json = '{"data":"' + big + '"}'
+    assert hoarded.meta["actual_capped"] == {
+        "size": len(as_json),
+        "sha256": hashlib.sha256(as_json.encode()).hexdigest(),
+    }
+    assert hidden.meta["actual_capped"] == whole
+    assert max(len(line) for line in (tmp_path / "e.jsonl").read_bytes().splitlines()) < 5000
