@@ -4,9 +4,12 @@
 
 One official ``mcp`` client session talks to the real server directly, another to the
 same server behind ``litmus-sandbox proxy mcp`` (recording every call to a file, no
-oracles). Calls alternate between the two (interleaved, so machine noise hits both
-alike) after a warm-up. Reports the median call time of each, the median time added, and
-the ratio proxied/direct. Goal: ratio at most 1.10. Written to bench/results/mcp.json.
+oracles: ``--no-watch-fs --no-egress``), and a third behind the proxy with the filesystem
+oracle watching the server's folder (``--root``, as a user runs it). Calls rotate between
+the three (interleaved, so machine noise hits all alike) after a warm-up. Reports the
+median call time of each, the median time added, and the ratio proxied/direct, for the
+relay alone (the goal's figure: ratio at most 1.10) and with the oracle. Written to
+bench/results/mcp.json.
 
 Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesystem,
 ``read_text_file`` of a small file, a sub-millisecond call; needs ``npm ci --prefix
@@ -59,28 +62,35 @@ def server_and_call(kind: str, work: Path) -> tuple[list[str], str, dict[str, An
 async def measure(kind: str, calls: int, work: Path) -> dict[str, Any]:
     server, tool, args = server_and_call(kind, work)
     episodes = work.parent / "bench.episodes.jsonl"
+    watched = work.parent / "bench.watched.jsonl"
     proxy = [sys.executable, "-m", "litmus_sandbox._cli", "proxy", "mcp"]
-    proxy += ["--episodes", str(episodes), "--root", str(work), "--", *server]
+    relay = [*proxy, "--episodes", str(episodes), "--root", str(work)]
+    relay += ["--no-watch-fs", "--no-egress", "--", *server]
+    oracle = [*proxy, "--episodes", str(watched), "--root", str(work), "--", *server]
     direct_params = StdioServerParameters(command=server[0], args=server[1:], cwd=work)
-    proxied_params = StdioServerParameters(command=proxy[0], args=proxy[1:])
+    relay_params = StdioServerParameters(command=relay[0], args=relay[1:])
+    oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
     direct_s: list[float] = []
     proxied_s: list[float] = []
+    oracle_s: list[float] = []
     async with (
         Client(direct_params, cache=None) as direct,
-        Client(proxied_params, cache=None) as proxied,
+        Client(relay_params, cache=None) as proxied,
+        Client(oracle_params, cache=None) as watching,
     ):
-        for _ in range(max(20, calls // 10)):  # warm up both paths
-            await direct.call_tool(tool, args)
-            await proxied.call_tool(tool, args)
+        clients = [(direct, direct_s), (proxied, proxied_s), (watching, oracle_s)]
+        for _ in range(max(20, calls // 10)):  # warm up every path
+            for client, _out in clients:
+                await client.call_tool(tool, args)
         for i in range(calls):
-            # Alternate which goes first, so neither always follows the other.
-            order = [(direct, direct_s), (proxied, proxied_s)]
-            for client, out in order if i % 2 == 0 else order[::-1]:
+            # Rotate which goes first, so none always follows another.
+            for client, out in clients[i % 3 :] + clients[: i % 3]:
                 t0 = time.perf_counter()
                 result = await client.call_tool(tool, args)
                 out.append(time.perf_counter() - t0)
                 assert not result.is_error
     d, p = statistics.median(direct_s), statistics.median(proxied_s)
+    o = statistics.median(oracle_s)
     return {
         "server": kind,
         "tool": tool,
@@ -90,6 +100,9 @@ async def measure(kind: str, calls: int, work: Path) -> dict[str, Any]:
         "added_median_ms": (p - d) * 1e3,
         "ratio": p / d,
         "goal_ratio": 1.10,
+        "with_fs_oracle_median_ms": o * 1e3,
+        "with_fs_oracle_added_median_ms": (o - d) * 1e3,
+        "with_fs_oracle_ratio": o / d,
         "recorded_steps_bytes": episodes.stat().st_size,
     }
 

@@ -15,11 +15,13 @@ exception or cancellation, which then propagates.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -282,6 +284,41 @@ def _policy_from_mapping(data: Mapping[str, Any]) -> Policy:
     return Policy.from_mapping(data)
 
 
+_SOCKET_DIR_PREFIX = "litmus-egress-"
+#: A socket folder younger than this may belong to a sandbox that is still starting.
+_STALE_AFTER_S = 60.0
+
+
+def _socket_dir() -> str:
+    """A fresh folder for the egress proxy's Unix socket, after sweeping stale ones.
+
+    A sandbox removes its folder when it closes; one killed (SIGKILL, a crash) cannot, so
+    each start removes the folders whose socket no process listens on any more.
+    """
+    top = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(top) if n.startswith(_SOCKET_DIR_PREFIX)]
+    except OSError:
+        names = []
+    now = time.time()
+    for name in names:
+        folder = os.path.join(top, name)
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if st.st_uid != os.getuid() or now - st.st_mtime < _STALE_AFTER_S:
+            continue
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(0.2)
+            try:
+                probe.connect(os.path.join(folder, "proxy.sock"))
+                continue  # someone is listening: a live sandbox's folder
+            except (ConnectionRefusedError, FileNotFoundError):
+                shutil.rmtree(folder, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=_SOCKET_DIR_PREFIX)
+
+
 class Sandbox:
     """The proxy between an agent and its tools.
 
@@ -463,9 +500,7 @@ class Sandbox:
             strict_ok, why = await anyio.to_thread.run_sync(strict_available)
             if self.strict_egress and not strict_ok:
                 raise ConfigError(f"strict egress mode was required but is unavailable: {why}")
-        sock_dir = await anyio.to_thread.run_sync(
-            functools.partial(tempfile.mkdtemp, prefix="litmus-egress-")
-        )
+        sock_dir = await anyio.to_thread.run_sync(_socket_dir)
         stack.callback(shutil.rmtree, sock_dir, True)
         self._ignore_in_probes(sock_dir)
         self._proxy = await stack.enter_async_context(

@@ -176,3 +176,34 @@ async def test_oracles_can_be_turned_off(tmp_path: Path) -> None:
         assert sb.egress_env() == {}
     (ep,) = read_episodes([tmp_path / "e.jsonl"])
     assert ep.header.oracles == {}
+
+
+def test_stale_proxy_socket_folders_are_swept() -> None:
+    """A sandbox killed outright leaves its socket folder behind; the next start removes
+    folders nobody listens on (and only those: a live sandbox's is kept)."""
+    import os
+    import shutil
+    import socket
+    import tempfile
+
+    from litmus_sandbox._sandbox import _socket_dir
+
+    top = tempfile.gettempdir()
+    stale = tempfile.mkdtemp(prefix="litmus-egress-", dir=top)
+    live = tempfile.mkdtemp(prefix="litmus-egress-", dir=top)
+    young = tempfile.mkdtemp(prefix="litmus-egress-", dir=top)
+    with socket.socket(socket.AF_UNIX) as dead, socket.socket(socket.AF_UNIX) as listening:
+        dead.bind(os.path.join(stale, "proxy.sock"))  # bound, never listening: a kill's leftover
+        listening.bind(os.path.join(live, "proxy.sock"))
+        listening.listen()
+        for folder in (stale, live):
+            os.utime(folder, (1, 1))  # both old enough to be looked at
+        fresh = _socket_dir()
+        try:
+            assert not os.path.exists(stale)
+            assert os.path.exists(live)
+            assert os.path.exists(young)  # too young to judge: may be a sandbox starting
+            assert os.path.isdir(fresh)
+        finally:
+            for folder in (live, young, fresh):
+                shutil.rmtree(folder, ignore_errors=True)

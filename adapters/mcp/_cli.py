@@ -38,7 +38,7 @@ tools/call gets the recorded results; a call the recording cannot serve gets an 
 result and a divergence on its step (`litmus-sandbox replay --check EPISODES` reports it).
 
 The case id comes from --case-id, else from _meta["litmus/case_id"] on the client's
-first requests (initialize, server/discover, tools/call), else "mcp-session".
+first requests (initialize, server/discover, tools/list, tools/call), else "mcp-session".
 """
 
 

@@ -47,6 +47,25 @@ class Tree:
         self.walker = walker
         self.prefix = prefix
         self.snap = Snapshot(walker.top)
+        self._top_key: tuple[int, int, int] | None = None
+        self._top_racy = True
+
+    def top_moved(self) -> bool:
+        """Whether the top's own listing may have changed since this was last asked.
+
+        An entry created, deleted or renamed in a directory moves the directory's mtime and
+        ctime; a stamp within the clock's granularity of now is not trusted (a change in the
+        same tick would leave it as it is), so it counts as moved the next time too.
+        """
+        try:
+            st = os.lstat(self.top)
+        except OSError:
+            return True
+        key = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        moved = key != self._top_key or self._top_racy
+        self._top_key = key
+        self._top_racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.walker.racy_from()
+        return moved
 
     @property
     def top(self) -> str:

@@ -368,7 +368,8 @@ class FsProbe:
                         # changes land in the right call.
                         top = tree.snap.dirs.get("", {})
                         if len(top) <= _SYNC_TOP_MAX:
-                            dirs.add("")
+                            if tree.top_moved():  # else nothing was added or removed there
+                                dirs.add("")
                             paths.update(n for n, e in top.items() if e.kind != "dir")
                     self._stats["narrow_scans"] += 1
                     changes = tree.refresh(paths, dirs)
