@@ -59,10 +59,12 @@ def server_and_call(kind: str, work: Path) -> tuple[list[str], str, dict[str, An
     return [exe, "--repository", str(work)], "git_status", {"repo_path": str(work)}
 
 
-async def measure(kind: str, calls: int, work: Path) -> dict[str, Any]:
+async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[str, Any]:
     server, tool, args = server_and_call(kind, work)
-    episodes = work.parent / "bench.episodes.jsonl"
-    watched = work.parent / "bench.watched.jsonl"
+    # Episodes go to a folder of their own: the watched root's parent is a tripwire, and
+    # a recording written there would be seen by the oracle as effects.
+    episodes = recordings / "bench.episodes.jsonl"
+    watched = recordings / "bench.watched.jsonl"
     proxy = [sys.executable, "-m", "litmus_sandbox._cli", "proxy", "mcp"]
     relay = [*proxy, "--episodes", str(episodes), "--root", str(work)]
     relay += ["--no-watch-fs", "--no-egress", "--", *server]
@@ -116,10 +118,10 @@ def main() -> None:
     opts = parser.parse_args()
     results = []
     for kind in opts.server:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as rec:
             work = Path(tmp) / "work"
             work.mkdir()
-            figures = anyio.run(measure, kind, opts.calls, work)
+            figures = anyio.run(measure, kind, opts.calls, work, Path(rec))
         results.append(figures)
         for key, value in figures.items():
             print(f"{key:>22}: {value:.3f}" if isinstance(value, float) else f"{key:>22}: {value}")

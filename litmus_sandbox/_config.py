@@ -195,7 +195,8 @@ def _load_entry(
 def _import(module_name: str, base_dir: str | None) -> ModuleType:
     """Import ``module_name``; a top-level module not on the path is also looked for
     beside the policy file and in the working directory (as ``python -m`` would find it),
-    and that directory is then added to ``sys.path`` for the module's own imports."""
+    and that directory is then added (at the end) to ``sys.path`` for the module's own
+    imports."""
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -204,7 +205,7 @@ def _import(module_name: str, base_dir: str | None) -> ModuleType:
             raise  # found, but something it imports is missing: say that
         for folder in dict.fromkeys(os.path.abspath(d) for d in (base_dir or ".", ".")):
             if Path(folder, f"{top}.py").is_file() or Path(folder, top, "__init__.py").is_file():
-                sys.path.insert(0, folder)
+                sys.path.append(folder)  # last: never shadows an installed module
                 return importlib.import_module(module_name)
         raise
 

@@ -279,7 +279,11 @@ _DOCUMENT_TABLES = frozenset({"tools", "replay", "egress", "scoring", "judge", "
 def _policy_from_mapping(data: Mapping[str, Any]) -> Policy:
     """A policy given as a mapping: a whole policy document (``{"tools": {...}, ...}``,
     as a parsed file), or else the ``[tools]`` table alone."""
-    if isinstance(data.get("tools"), Mapping) and set(data) <= _DOCUMENT_TABLES:
+    if (
+        data
+        and set(data) <= _DOCUMENT_TABLES
+        and all(isinstance(v, Mapping) for v in data.values())
+    ):
         return Policy.from_document(data)
     return Policy.from_mapping(data)
 

@@ -173,6 +173,7 @@ def iter_episodes(
         path = os.fspath(p)
         open_eps: dict[str, _Building] = {}
         closed: set[str] = set()
+        torn_at: dict[str, tuple[int, DecodeProblem]] = {}
         for lineno, line, last_unterminated in _lines(path):
             try:
                 record = decode_episode_record(line)
@@ -192,12 +193,18 @@ def iter_episodes(
                     owner = _torn_owner(line, open_eps)
                     for b in [owner] if owner is not None else list(open_eps.values()):
                         b.torn = True
+                        torn_at[b.header.episode_id] = (lineno, problem)
                     if last_unterminated:
                         break
                     continue
                 _raise(path, lineno, problem)
                 raise AssertionError("unreachable") from None
             eid = record.episode_id
+            if eid in torn_at:
+                # A crash ends an episode's writing: a record of it after its torn one
+                # means that line was damaged, not cut short by a crash.
+                bad_line, damage = torn_at[eid]
+                _raise(path, bad_line, damage)
             if eid in closed:
                 raise RecordDecodeError(path, lineno, f"record for episode {eid!r} after its end")
             if isinstance(record, EpisodeHeader):

@@ -222,21 +222,23 @@ def test_a_forked_child_gets_its_own_helper(
     _fs_stat_helper._shared = helper  # the one the other tests use
 
 
-def test_worker_lists_reports_gone_and_unlistable_directories() -> None:
-    with tempfile.TemporaryDirectory() as d:
+def test_worker_lists_and_reports_paths_that_no_longer_lead_to_a_directory() -> None:
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as outside:
         top = Path(d)
         (top / "dir").mkdir()
         (top / "dir" / "f").write_bytes(b"12345")
         (top / "file").write_bytes(b"")
-        listings = dict(list_dirs(str(top), ["dir", "missing", "file"]))
+        (Path(outside) / "sub").mkdir()
+        os.symlink(outside, top / "link")  # "link/sub" exists only through the link
+        listings = dict(list_dirs(str(top), ["dir", "missing", "file", "link/sub", "link"]))
         rows = listings["dir"]
         assert isinstance(rows, list)
         assert len(rows) == 1
         name, st_tuple, mtime_ns, _ = rows[0]
         real = os.lstat(top / "dir" / "f")
         assert (name, st_tuple, mtime_ns) == ("f", tuple(real), real.st_mtime_ns)
-        assert listings["missing"] is None
-        assert listings["file"] == "unlistable: Not a directory"
+        # Gone, a file, or reached only through a symlink: no directory at that path.
+        assert [listings[k] for k in ("missing", "file", "link/sub", "link")] == [None] * 4
 
 
 @pytest.mark.anyio
@@ -274,3 +276,75 @@ async def test_probe_on_a_large_tree_uses_the_helper_and_misses_nothing(
         assert (await probe.finish()).fs == ()
     finally:
         await probe.close()
+
+
+def test_a_directory_turned_symlink_is_never_walked_through(helper: StatHelper) -> None:
+    """Known subdirectories are opened one component at a time: after ``a`` becomes a link
+    to an outside tree, nothing out there is listed or hashed (by either process)."""
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as outside:
+        top = Path(d)
+        build(top)
+        far = Path(outside) / "x" / "deep"
+        far.mkdir(parents=True)
+        for i in range(30):
+            (far / f"secret{i}").write_bytes(b"s" * 1000)
+            (Path(outside) / "x" / f"top{i}").write_bytes(b"t")
+        settle()
+        before = Walker(top, use_helper=False).snapshot()
+        shutil.rmtree(top / "a")
+        os.symlink(outside, top / "a")  # a/x and a/x/deep now lead outside
+        shared_walker = Walker(top, helper_min_entries=0)
+        alone_walker = Walker(top, use_helper=False)
+        asked = helper.requests
+        shared, alone = shared_walker.snapshot(before), alone_walker.snapshot(before)
+        assert helper.requests == asked + 1
+        assert view(shared) == view(alone)
+        # Only c/hard is hashed again (its link count fell with a/f1.txt); nothing outside.
+        assert shared_walker.hashed == alone_walker.hashed == 1
+        assert not any(p.startswith("a/") for p in shared)
+
+
+def test_a_walk_interrupted_between_asking_and_hearing_leaves_no_stale_answer(
+    helper: StatHelper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        one, two = Path(d1), Path(d2)
+        build(one)
+        build(two)
+        settle()
+        before_one = Walker(one, use_helper=False).snapshot()
+        before_two = Walker(two, use_helper=False).snapshot()
+        real = Walker._list_dir
+
+        def boom(self: Walker, *args: object, **kw: object) -> bool:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Walker, "_list_dir", boom)
+        with pytest.raises(KeyboardInterrupt):
+            Walker(one, helper_min_entries=0).snapshot(before_one)
+        monkeypatch.setattr(Walker, "_list_dir", real)
+        assert helper.try_acquire()  # released, and usable again
+        helper.release()
+        for _ in range(3):  # every later walk of another tree hears its own answer
+            again = Walker(two, helper_min_entries=0).snapshot(before_two)
+            assert view(again) == view(before_two)
+
+
+def test_a_helper_that_hangs_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    hung = StatHelper(
+        [sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(4); time.sleep(60)"],
+        timeout=0.5,
+    )
+    monkeypatch.setattr(_fs_stat_helper, "_shared", hung)
+    with tempfile.TemporaryDirectory() as d:
+        top = Path(d)
+        build(top)
+        settle()
+        before = Walker(top, use_helper=False).snapshot()
+        (top / "b" / "new").write_bytes(b"n")
+        t0 = time.monotonic()
+        after = Walker(top, helper_min_entries=0).snapshot(before)
+        assert time.monotonic() - t0 < 5
+        assert view(after) == view(Walker(top, use_helper=False).snapshot(before))
+        assert hung.failures == 1
+        assert hung.pid is None  # stopped (killed after its grace)

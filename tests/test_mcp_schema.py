@@ -16,6 +16,14 @@ _leaf = st.one_of(
     st.builds(lambda n: {"type": "integer", "minimum": n}, st.integers(-3, 3)),
     st.builds(lambda n: {"type": "number", "exclusiveMinimum": n}, st.integers(-3, 3)),
     st.just({"type": "boolean"}),
+    st.builds(lambda n: {"type": "string", "maxLength": n}, st.integers(0, 4)),
+    st.builds(
+        lambda lo, width: {"type": "integer", "minimum": lo + 0.5, "maximum": lo + 1 + width},
+        st.integers(-5, 5),
+        st.integers(0, 3),
+    ),
+    st.builds(lambda hi: {"type": "number", "exclusiveMaximum": hi}, st.integers(-5, 5)),
+    st.builds(lambda hi: {"type": "integer", "maximum": hi}, st.integers(-5, 5)),
     st.just({"type": "null"}),
     st.just({"type": ["string", "null"]}),
     st.builds(lambda xs: {"enum": xs}, st.lists(st.integers() | st.text(), min_size=1)),
@@ -40,6 +48,16 @@ def _compound(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dic
             lambda i, n: {"type": "array", "items": i, "minItems": n}, inner, st.integers(0, 3)
         ),
         st.builds(lambda xs: {"anyOf": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(
+            lambda kind, n: {
+                "type": "array",
+                "items": {"type": kind},
+                "minItems": n,
+                "uniqueItems": True,
+            },
+            st.sampled_from(["string", "integer", "number"]),
+            st.integers(0, 4),
+        ),
         # allOf parts over different names (same-named parts could contradict each other).
         st.builds(
             lambda a, b: {"allOf": [a, b]},
@@ -49,7 +67,18 @@ def _compound(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dic
     )
 
 
-schemas = st.recursive(_leaf, _compound, max_leaves=12)
+_inner = st.recursive(_leaf, _compound, max_leaves=12)
+# As pydantic writes nested models: a property that refers to a definition of the root.
+_with_defs = st.builds(
+    lambda item: {
+        "type": "object",
+        "properties": {"item": {"$ref": "#/$defs/Item"}},
+        "required": ["item"],
+        "$defs": {"Item": item},
+    },
+    _inner,
+)
+schemas = st.one_of(_inner, _with_defs)
 
 
 @given(schema=schemas, text=st.text(max_size=20))

@@ -389,6 +389,12 @@ async def test_a_policy_given_as_a_mapping_or_document(tmp_path: Path) -> None:
     assert as_doc.policy.for_tool("send_email").mode == "stub"
     assert as_doc.egress is not None
     assert as_doc.egress.policy.default.mode == "deny"
+    only_egress = Sandbox(
+        root=tmp_path / "r", episodes=tmp_path / "e.jsonl", policy={"egress": {"default": "deny"}}
+    )
+    assert only_egress.egress is not None
+    assert only_egress.egress.policy.default.mode == "deny"
+    assert only_egress.policy.for_tool("anything").mode == "real"
     # The same from a file read into a Policy object: its [egress] table comes along.
     p = tmp_path / "p.toml"
     p.write_text('[tools]\nsend_email = "stub"\n[egress]\ndefault = "deny"\n')

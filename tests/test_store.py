@@ -203,6 +203,21 @@ def test_a_file_appended_to_after_a_crash_reads_whole(tmp_path: Path) -> None:
         read_episodes(p)
 
 
+def test_a_damaged_line_inside_an_episode_is_an_error_not_a_tear(tmp_path: Path) -> None:
+    """A line cut short but followed by more of its own episode was not torn by a crash
+    (a crash ends the writing): it is damage, reported at its line."""
+    p = tmp_path / "e.jsonl"
+    p.write_bytes(
+        encode(header("a", "ca"))
+        + encode(msg(0, "user", "hi", eid="a"))[:-3]
+        + b"\n"
+        + encode(msg(1, "assistant", "ok", eid="a"))
+        + encode(end("a", 2))
+    )
+    with pytest.raises(RecordDecodeError, match=r":2: not valid JSON"):
+        read_episodes(p)
+
+
 def test_full_tool_call_round_trips() -> None:
     step = call(
         3,

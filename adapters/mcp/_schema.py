@@ -10,6 +10,7 @@ the stand-in's text in its strings. The step records it as shown.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,55 +38,108 @@ def placeholder(schema: Mapping[str, Any], text: str) -> Any:
     """A small value that ``schema`` (a JSON Schema) accepts, carrying ``text`` in its strings.
 
     Covers what tool output schemas use: ``type`` (or a list of types), ``properties`` and
-    ``required``, ``items`` and ``minItems``, ``enum``, ``const``, ``default``, ``anyOf``,
-    ``oneOf`` and ``allOf``, and minimums for numbers and string lengths. Optional
-    properties are left out.
+    ``required``, ``items``, ``minItems`` and ``uniqueItems``, ``enum``, ``const``,
+    ``default``, ``anyOf``, ``oneOf`` and ``allOf``, local ``$ref`` (``#/$defs/...``, as
+    pydantic writes nested models), string lengths and number bounds. Optional properties
+    are left out. (A ``pattern`` is not honoured.)
     """
-    return _value(schema, text, 0)
+    return _value(schema, text, 0, schema)
 
 
-def _value(schema: Any, text: str, depth: int) -> Any:
+def _value(schema: Any, text: str, depth: int, root: Mapping[str, Any], nth: int = 0) -> Any:
     if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:
         return text
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = _resolve(ref, root)
+        if target is not None:
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            return _value(_merge([target, rest]) if rest else target, text, depth + 1, root, nth)
     if "const" in schema:
         return schema["const"]
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
-        return enum[0]
-    if "default" in schema:
+        return enum[nth % len(enum)]
+    if "default" in schema and not nth:
         return schema["default"]
     for key in ("anyOf", "oneOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
-            return _value(options[0], text, depth + 1)
+            return _value(options[0], text, depth + 1, root, nth)
     parts = schema.get("allOf")
     if isinstance(parts, list) and parts:
-        return _value(_merge([schema, *parts]), text, depth + 1)
+        return _value(_merge([schema, *parts]), text, depth + 1, root, nth)
     kind = _kind(schema)
     if kind == "object":
         props = schema.get("properties")
         props = props if isinstance(props, Mapping) else {}
         required = schema.get("required")
         names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-        return {name: _value(props.get(name, {}), text, depth + 1) for name in names}
+        return {name: _value(props.get(name, {}), text, depth + 1, root) for name in names}
     if kind == "array":
         n = schema.get("minItems", 0)
         items = schema.get("items", {})
-        return [_value(items, text, depth + 1) for _ in range(n if isinstance(n, int) else 0)]
+        count = n if isinstance(n, int) else 0
+        # Distinct items when asked (and always harmless): the i-th differs by its place.
+        return [_value(items, text, depth + 1, root, i) for i in range(count)]
     if kind == "string":
-        n = schema.get("minLength", 0)
-        return text.ljust(n) if isinstance(n, int) else text
+        return _string(schema, f"{text}{nth}" if nth else text)
     if kind in ("number", "integer"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        if isinstance(low, int | float) and not isinstance(low, bool):
-            value = low + 1 if "minimum" not in schema else low
-            return int(value) if kind == "integer" else value
-        return 0
+        return _number(schema, kind, nth)
     if kind == "boolean":
-        return False
+        return bool(nth % 2)
     if kind == "null":
         return None
-    return text  # no type: anything goes
+    return text if not nth else f"{text}{nth}"  # no type: anything goes
+
+
+def _resolve(ref: str, root: Mapping[str, Any]) -> Any:
+    """The schema a local ``$ref`` (``#`` or a ``#/...`` JSON pointer) points at, or None."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None  # a remote reference: not followed
+    node: Any = root
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _string(schema: Mapping[str, Any], text: str) -> str:
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
+    if isinstance(high, int) and len(text) > high:
+        text = text[:high]
+    if isinstance(low, int) and len(text) < low:
+        text = text.ljust(low, "_")
+    return text
+
+
+def _number(schema: Mapping[str, Any], kind: str, nth: int) -> int | float:
+    def bound(key: str) -> float | None:
+        v = schema.get(key)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    low, xlow = bound("minimum"), bound("exclusiveMinimum")
+    high, xhigh = bound("maximum"), bound("exclusiveMaximum")
+    value: float = 0.0
+    if low is not None:
+        value = low
+    if xlow is not None and value <= xlow:
+        value = xlow + 1 if kind == "integer" else xlow + (abs(xlow) or 1) * 0.5
+    value += nth
+    if high is not None and value > high:
+        value = high
+    if xhigh is not None and value >= xhigh:
+        value = xhigh - 1 if kind == "integer" else xhigh - (abs(xhigh) or 1) * 0.5
+    if kind == "integer":
+        whole = math.ceil(value)
+        if (high is not None and whole > high) or (xhigh is not None and whole >= xhigh):
+            whole = math.floor(value)
+        return whole
+    return value
 
 
 def _kind(schema: Mapping[str, Any]) -> str | None:

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 
 from .._errors import ConfigError
 from ._fs_stat_helper import StatHelper, shared_helper
-from ._fs_stat_worker import Row
+from ._fs_stat_worker import GONE, Row, open_beneath
 
 __all__ = ["Entry", "Snapshot", "Walker", "path_depth"]
 
@@ -41,7 +41,7 @@ __all__ = ["Entry", "Snapshot", "Walker", "path_depth"]
 #: so a write within 20 ms of a snapshot may keep an unchanged timestamp.
 _FINE_WINDOW_NS = 20_000_000
 #: A timestamp with no sub-second part suggests a whole-second filesystem (FAT: 2 s).
-_COARSE_WINDOW_NS = 2_000_000_000
+COARSE_WINDOW_NS = 2_000_000_000
 
 _KINDS = {
     stat.S_IFREG: "file",
@@ -324,7 +324,7 @@ class Walker:
                 if isinstance(got, tuple):
                     fst, digest = got
                     stamp = max(fst.st_mtime_ns, fst.st_ctime_ns)
-                    window = _COARSE_WINDOW_NS if fst.st_mtime_ns % 1_000_000_000 == 0 else 0
+                    window = COARSE_WINDOW_NS if fst.st_mtime_ns % 1_000_000_000 == 0 else 0
                     racy = stamp >= racy_from - window
                     return Entry(fst, sha256=digest, racy=racy)
                 if got != _REPLACED:
@@ -373,22 +373,31 @@ class Walker:
         old_dirs: Mapping[str, dict[str, Entry]],
         racy_from: int,
         below: list[tuple[str, int]],
+        *,
+        beneath: bool = False,
     ) -> bool:
         """List the one directory ``rel`` into ``snap.dirs``; True if it could be listed.
 
         Its subdirectories to walk (within ``max_depth``) are appended to ``below``.
+        ``beneath``: ``rel`` is known only from an earlier snapshot, so it is opened one
+        component at a time, never through a symlink (a path that no longer leads to a
+        directory that way is gone from this tree).
         """
         errors, multi, exclude = snap.errors, snap.multi, self.exclude
         try:
-            fd = os.open(f"{self.top}/{rel}" if rel else self.top, _DIR_FLAGS)
+            if beneath:
+                fd = open_beneath(self.top, rel)
+            else:
+                fd = os.open(f"{self.top}/{rel}" if rel else self.top, _DIR_FLAGS)
         except OSError as exc:
-            if not isinstance(exc, FileNotFoundError):
-                errors[rel] = f"unlistable: {exc.strerror or exc}"
+            gone = exc.errno in GONE if beneath else isinstance(exc, FileNotFoundError)
+            if not gone:
+                errors.setdefault(rel, f"unlistable: {exc.strerror or exc}")
             return False
         try:
             names = os.listdir(fd)
         except OSError as exc:
-            errors[rel] = f"unlistable: {exc.strerror or exc}"
+            errors.setdefault(rel, f"unlistable: {exc.strerror or exc}")
             os.close(fd)
             return False
         prefix = f"{rel}/" if rel else ""
@@ -452,7 +461,7 @@ class Walker:
             return
         errors = snap.errors
         if isinstance(rows, str):
-            errors[rel] = rows
+            errors.setdefault(rel, rows)
             return
         multi, exclude = snap.multi, self.exclude
         prefix = f"{rel}/" if rel else ""
@@ -475,10 +484,10 @@ class Walker:
                 else:
                     if fd < 0:
                         try:
-                            fd = os.open(f"{self.top}/{rel}" if rel else self.top, _DIR_FLAGS)
+                            fd = open_beneath(self.top, rel)
                         except OSError as exc:
-                            if not isinstance(exc, FileNotFoundError):
-                                errors[rel] = f"unlistable: {exc.strerror or exc}"
+                            if exc.errno not in GONE:
+                                errors.setdefault(rel, f"unlistable: {exc.strerror or exc}")
                             return
                     try:
                         st = os.lstat(name, dir_fd=fd)
@@ -549,16 +558,20 @@ class Walker:
         theirs = known[1::2]
         sent = helper.send(self.top, theirs)
         below: list[tuple[str, int]] = []
-        for rel in known[::2] if sent else known:
-            self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below)
-        if sent:
-            listings = helper.receive()
-            if listings is None:  # the helper broke: do its share here
-                for rel in theirs:
-                    self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below)
-            else:
-                for rel, rows in listings:
-                    self._merge_listing(snap, rel, rows, old_dirs, racy_from, below)
+        try:
+            for rel in known[::2] if sent else known:
+                self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below, beneath=True)
+            listings = helper.receive() if sent else None
+        except BaseException:
+            if sent:
+                helper.stop()  # its answer is never read: it must not answer the next walk
+            raise
+        if sent and listings is None:  # the helper broke: do its share here
+            for rel in theirs:
+                self._list_dir(snap, rel, path_depth(rel), old_dirs, racy_from, below, beneath=True)
+        elif listings is not None:
+            for rel, rows in listings:
+                self._merge_listing(snap, rel, rows, old_dirs, racy_from, below)
         stack = [(rel, depth) for rel, depth in below if rel not in old_dirs]
         while stack:
             rel, depth = stack.pop()

@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import marshal
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -48,11 +49,14 @@ def helper_cpus() -> int:
 class StatHelper:
     """One helper process; see the module docstring.
 
-    ``command`` runs the worker (default: this Python on :mod:`._fs_stat_worker`).
+    ``command`` runs the worker (default: this Python on :mod:`._fs_stat_worker`);
+    ``timeout`` is how long a walk waits for its answer before doing the share itself.
     """
 
-    def __init__(self, command: list[str] | None = None) -> None:
+    def __init__(self, command: list[str] | None = None, *, timeout: float = 60.0) -> None:
         self.command = command or [sys.executable, "-I", "-S", _WORKER]
+        #: Seconds to wait for an answer before giving up on the helper (the walk goes on).
+        self.timeout = timeout
         self._proc: subprocess.Popen[bytes] | None = None
         self.owner = os.getpid()
         self._lock = threading.Lock()
@@ -98,7 +102,7 @@ class StatHelper:
             stdin = cast(IO[bytes], self._process().stdin)
             stdin.write(_LEN.pack(len(body)) + body)
             stdin.flush()
-        except OSError:
+        except (OSError, ValueError, TypeError):  # no process, a closed pipe, no executable
             self._fail()
             return False
         return True
@@ -110,6 +114,10 @@ class StatHelper:
             return None
         stdout = cast(IO[bytes], proc.stdout)
         try:
+            # A worker that stopped (SIGSTOP, a hung filesystem) must not hang the walk.
+            ready, _, _ = select.select([stdout], [], [], self.timeout)
+            if not ready:
+                raise TimeoutError(f"no answer from the stat helper in {self.timeout:g}s")
             head = stdout.read(_LEN.size)
             if len(head) == _LEN.size:
                 (n,) = _LEN.unpack(head)
@@ -119,7 +127,7 @@ class StatHelper:
                     if isinstance(listings, list):
                         self.requests += 1
                         return listings
-        except (OSError, ValueError, EOFError, TypeError):
+        except (OSError, ValueError, EOFError, TypeError):  # TimeoutError is an OSError
             pass
         self._fail()
         return None

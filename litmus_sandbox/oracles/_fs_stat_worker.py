@@ -9,8 +9,9 @@ Each message, both ways, is a 4-byte little-endian length and a :mod:`marshal` p
 
 * request: ``(top, [rel, ...])``: directories relative to ``top`` (``""`` is ``top``).
 * response: one item per requested directory, in order: ``(rel, rows)`` when listed,
-  ``(rel, None)`` when it no longer exists, ``(rel, "unlistable: ...")`` when it cannot be
-  listed. A row is ``(name, stat, mtime_ns, ctime_ns)``, where ``stat`` is the tuple part
+  ``(rel, None)`` when there is no directory at that path any more (gone, or a component
+  replaced by a file or a symlink: paths are opened one component at a time and never
+  through a symlink), ``(rel, "unlistable: ...")`` when it cannot be listed. A row is ``(name, stat, mtime_ns, ctime_ns)``, where ``stat`` is the tuple part
   of the entry's ``os.stat_result`` (mode, inode, device, nlink, uid, gid, size and whole
   seconds of atime, mtime and ctime), or ``(name, None, 0, 0)`` when ``lstat`` failed for
   another reason than the entry being gone.
@@ -21,6 +22,7 @@ descends into a directory it was not asked for.
 
 from __future__ import annotations
 
+import errno
 import marshal
 import os
 import struct
@@ -35,18 +37,42 @@ Row = tuple[str, tuple[float, ...] | None, int, int]
 Listing = tuple[str, list[Row] | str | None]
 
 
+#: open() errors meaning "no directory there any more on this path": gone, or a component
+#: replaced by a file or by a symlink (never followed).
+GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+
+
+def open_beneath(top: str, rel: str) -> int:
+    """Open the directory ``rel`` under ``top`` one component at a time, following no
+    symlink on the way (a component that is one fails with ELOOP, a file with ENOTDIR).
+
+    Raises:
+        OSError: as ``os.open``.
+    """
+    fd = os.open(top, _DIR_FLAGS)
+    if not rel:
+        return fd
+    try:
+        for part in rel.split("/"):
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def list_dirs(top: str, rels: list[str]) -> list[Listing]:
     """The rows of each directory in ``rels`` (see the module docstring)."""
     out: list[Listing] = []
     lstat = os.lstat
     for rel in rels:
         try:
-            fd = os.open(f"{top}/{rel}" if rel else top, _DIR_FLAGS)
-        except FileNotFoundError:
-            out.append((rel, None))
-            continue
+            fd = open_beneath(top, rel)
         except OSError as exc:
-            out.append((rel, f"unlistable: {exc.strerror or exc}"))
+            gone = exc.errno in GONE
+            out.append((rel, None if gone else f"unlistable: {exc.strerror or exc}"))
             continue
         try:
             names = os.listdir(fd)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from .._records import FsEffect
 from ._fs_diff import changes, effects_for
-from ._fs_snapshot import Entry, Snapshot, Walker, path_depth
+from ._fs_snapshot import COARSE_WINDOW_NS, Entry, Snapshot, Walker, path_depth
 
 __all__ = ["Change", "Tree", "merge_change", "window_effects"]
 
@@ -64,7 +64,10 @@ class Tree:
         key = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         moved = key != self._top_key or self._top_racy
         self._top_key = key
-        self._top_racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.walker.racy_from()
+        stamp = max(st.st_mtime_ns, st.st_ctime_ns)
+        # A whole-second stamp suggests a coarse filesystem: its window is wider.
+        coarse = COARSE_WINDOW_NS if st.st_mtime_ns % 1_000_000_000 == 0 else 0
+        self._top_racy = stamp >= self.walker.racy_from() - coarse
         return moved
 
     @property
