@@ -8,7 +8,9 @@ verdict so that the gate can fail closed on them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -27,6 +29,7 @@ from ._records import (
 )
 
 _S = TypeVar("_S", bound=msgspec.Struct)
+R = TypeVar("R")
 
 EpisodeRecord = EpisodeHeader | MessageStep | ToolCallStep | EpisodeEnd
 VerdictRecord = Verdict | PolicyRecord | LegacyVerdict
@@ -136,28 +139,17 @@ def _check_version(env: _Envelope, what: str) -> None:
         )
 
 
-def decode_episode_record(line: bytes) -> EpisodeRecord:
-    """Decode one episode-stream line (see :func:`_decode_episode_record`).
+def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
+    """``decode``, with JSON nested past the decoder's recursion limit a DecodeProblem."""
 
-    Raises:
-        DecodeProblem: what is wrong with the line (never a bare decoder error).
-    """
-    try:
-        return _decode_episode_record(line)
-    except RecursionError:
-        raise DecodeProblem(_TOO_DEEP) from None
+    @functools.wraps(decode)
+    def checked(line: bytes) -> R:
+        try:
+            return decode(line)
+        except RecursionError:
+            raise DecodeProblem(_TOO_DEEP) from None
 
-
-def decode_verdict_record(line: bytes) -> VerdictRecord:
-    """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict.
-
-    Raises:
-        DecodeProblem: what is wrong with the line (never a bare decoder error).
-    """
-    try:
-        return _decode_verdict_record(line)
-    except RecursionError:
-        raise DecodeProblem(_TOO_DEEP) from None
+    return checked
 
 
 _TOO_DEEP = "JSON nested too deeply to decode"
@@ -261,3 +253,10 @@ def _decode_legacy(line: bytes) -> LegacyVerdict:
     if extra:
         legacy = msgspec.structs.replace(legacy, unknown_provenance=extra)
     return legacy
+
+
+#: Decode one episode-stream line. Raises :class:`DecodeProblem` (never a bare decoder error).
+decode_episode_record = _shallow(_decode_episode_record)
+#: Decode one verdict-stream line: a verdict, a policy record or a legacy verdict.
+#: Raises :class:`DecodeProblem` (never a bare decoder error).
+decode_verdict_record = _shallow(_decode_verdict_record)

@@ -132,3 +132,37 @@ def legacy(run_id: str = "c1", safe: bool = True, **kw: Any) -> LegacyVerdict:
 
 def replace(obj: Any, **kw: Any) -> Any:
     return msgspec.structs.replace(obj, **kw)
+
+
+class LoopbackHttp:
+    """A real HTTP server on 127.0.0.1 answering every GET with ``body``; ``hits`` keeps
+    the paths asked, in order. ``with LoopbackHttp(b"...") as url:`` (url has no path)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.hits: list[str] = []
+
+    def __enter__(self) -> str:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(owner.body)))
+                self.end_headers()
+                self.wfile.write(owner.body)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

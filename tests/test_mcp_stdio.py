@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from factories import LoopbackHttp
 from test_mcp_helpers import (
     PROXY,
     RawClient,
@@ -346,38 +347,12 @@ async def test_replay_serves_recorded_results_without_the_server_seeing_them(
     assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"
 
 
-class _Hello:
-    """A loopback HTTP server answering every GET with ``hello via proxy``."""
-
-    def __enter__(self) -> str:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Hello(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = b"hello via proxy"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/x"
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) -> None:
     """With an [egress] table, the server's requests land on the step of the call in flight."""
     policy = tmp_path / "policy.toml"
     policy.write_text('[egress]\ndefault = "deny"\n"127.0.0.1" = "allow"\n')
-    with _Hello() as url:
+    with LoopbackHttp(b"hello via proxy") as base:
+        url = f"{base}/x"
         client = RawClient(await open_proxy(tmp_path, "--case-id", "c", "--policy", str(policy)))
         await client.send(INIT)
         await client.recv()
@@ -403,7 +378,8 @@ async def test_server_egress_is_recorded_without_a_policy(tmp_path: Path, egress
     """No [egress] table: the server still gets the proxy variables, everything is allowed
     and recorded; ``--no-egress`` leaves its environment (and the step) untouched."""
     options = ("--case-id", "c") if egress else ("--case-id", "c", "--no-egress")
-    with _Hello() as url:
+    with LoopbackHttp(b"hello via proxy") as base:
+        url = f"{base}/x"
         client = RawClient(await open_proxy(tmp_path, *options))
         await client.send(INIT)
         await client.recv()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+from factories import LoopbackHttp
 
 from litmus_sandbox import ConfigError, Sandbox, ToolCallStep, read_episodes
 from litmus_sandbox.oracles.egress import strict_available
@@ -16,32 +14,14 @@ from litmus_sandbox.oracles.egress import strict_available
 pytestmark = pytest.mark.anyio
 
 
-class _Hello(BaseHTTPRequestHandler):
-    hits: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads what arrived
-
-    def do_GET(self) -> None:
-        _Hello.hits.append(self.path)
-        body = b"hello from loopback"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
+_HELLO = LoopbackHttp(b"hello from loopback")
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    _Hello.hits = []
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    _HELLO.hits.clear()
+    with _HELLO as url:
+        yield url
 
 
 POLICY = {"default": "deny", "127.0.0.1": "allow"}
@@ -78,7 +58,7 @@ async def test_http_client_requests_land_on_the_calling_step(tmp_path: Path, ser
     )
     assert event.response_bytes == len(b"hello from loopback")
     assert [f.code for f in second.findings] == ["escape"]
-    assert _Hello.hits == ["/a"]
+    assert _HELLO.hits == ["/a"]
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -106,7 +86,7 @@ async def test_subprocess_tool_goes_through_the_proxy(
     assert [(e.host, e.decision) for e in first.effects.egress] == [("127.0.0.1", "allow")]
     assert [(e.host, e.decision) for e in second.effects.egress] == [("blocked.invalid", "deny")]
     assert "escape" in [f.code for f in second.findings]
-    assert _Hello.hits == ["/via-curl"]
+    assert _HELLO.hits == ["/via-curl"]
 
 
 async def test_strict_mode_blocks_a_client_that_ignores_the_proxy(
@@ -123,7 +103,7 @@ async def test_strict_mode_blocks_a_client_that_ignores_the_proxy(
     assert r.is_error
     (step,) = steps_of(tmp_path / "e.jsonl")
     assert any(e.decision == "blocked" for e in step.effects.egress)
-    assert _Hello.hits == []  # nothing reached the server directly
+    assert _HELLO.hits == []  # nothing reached the server directly
 
 
 async def test_a_sandbox_watches_files_and_egress_by_default(tmp_path: Path, server: str) -> None:
@@ -165,7 +145,7 @@ async def test_a_policy_files_egress_table_applies(tmp_path: Path, server: str) 
     assert denied.value == 403
     (step,) = steps_of(tmp_path / "e.jsonl")
     assert [e.decision for e in step.effects.egress] == ["deny"]
-    assert _Hello.hits == []
+    assert _HELLO.hits == []
 
 
 async def test_oracles_can_be_turned_off(tmp_path: Path) -> None:
