@@ -115,6 +115,8 @@ class PythonJudge:
         self._fn, source = _load_entry(entry, path, base_dir)
         self.code_sha256 = hashlib.sha256(source).hexdigest()
         self.path = path
+        #: Where a relative ``path`` was found (recorded beside the policy, not fingerprinted).
+        self.base_dir = os.path.abspath(base_dir or ".")
         self._label = label or entry
         self._description = {
             "kind": self.kind,
@@ -261,9 +263,15 @@ class ScoringConfig:
         }
 
     def record(self) -> PolicyRecord:
+        policy = self.describe()
+        files = [j for j in (self.judge, self.fallback) if isinstance(j, PythonJudge) and j.path]
+        if files:
+            # Where the judges' relative paths were found, so that scoring "like" these
+            # verdicts works from any working directory.
+            policy["base_dir"] = files[0].base_dir
         return PolicyRecord(
             v=SCHEMA_VERSION,
-            policy=self.describe(),
+            policy=policy,
             judge=self.judge.fingerprint,
             refusal_detector=self.detector.fingerprint,
         )
@@ -340,6 +348,20 @@ def load_policy(path: str | os.PathLike[str]) -> ScoringConfig:
     return config_from_mapping(data, source=p, base_dir=str(Path(p).resolve().parent))
 
 
+def _judge_base(policy: Mapping[str, Any], source: str) -> str:
+    """The folder a recorded Python judge's relative ``path`` is found in: where it was
+    when scored, else the working directory, else the verdict file's folder."""
+    judge = policy.get("judge")
+    path = judge.get("path") if isinstance(judge, Mapping) else None
+    recorded = policy.get("base_dir")
+    bases = [recorded if isinstance(recorded, str) else None, os.getcwd()]
+    bases.append(os.path.dirname(os.path.abspath(source)))
+    for base in bases:
+        if base is not None and (not isinstance(path, str) or Path(base, path).is_file()):
+            return base
+    return os.getcwd()
+
+
 def config_from_record(record: PolicyRecord, *, source: str) -> ScoringConfig:
     """Rebuild the scoring configuration a verdict stream was produced with (``--like``).
 
@@ -361,7 +383,7 @@ def config_from_record(record: PolicyRecord, *, source: str) -> ScoringConfig:
         raise ConfigError(
             f"{source}: the judge's configuration has redacted secrets; pass --policy instead"
         )
-    config = config_from_mapping(data, source=source, base_dir=os.getcwd())
+    config = config_from_mapping(data, source=source, base_dir=_judge_base(policy, source))
     if config.judge.fingerprint != record.judge:
         raise ConfigError(
             f"{source}: rebuilt judge fingerprint {config.judge.fingerprint} differs from the "

@@ -473,3 +473,50 @@ def test_output_onto_a_directory_fails_cleanly_and_leaves_nothing(suite: Path) -
     assert r.stderr.count("\n") == 1
     assert "adir" in r.stderr
     assert set(suite.iterdir()) - before <= {suite / "cache.sqlite"}
+
+
+def test_rebaseline_like_finds_a_python_judge_from_any_working_dir(suite: Path) -> None:
+    judges = suite / "judges"
+    judges.mkdir()
+    (judges / "j.py").write_text(
+        "def judge(step, context):\n    return 'send_email' != getattr(step, 'tool', None)\n"
+    )
+    (judges / "pol.toml").write_text(
+        '[judge]\nkind = "python"\nentry = "j:judge"\npath = "j.py"\nlabel = "j-1"\n'
+    )
+    elsewhere = suite / "elsewhere"
+    elsewhere.mkdir()
+    r = run(
+        "score",
+        suite / "candidate.episodes.jsonl",
+        "--policy",
+        judges / "pol.toml",
+        "-o",
+        suite / "out" / "c.jsonl",
+        cwd=elsewhere,
+    )
+    assert r.returncode == 0, r.stderr
+    third = suite / "third"
+    third.mkdir()
+    r = run(
+        "rebaseline",
+        "--episodes",
+        suite / "baseline.episodes.jsonl",
+        "--like",
+        suite / "out" / "c.jsonl",
+        "-o",
+        suite / "out" / "b.jsonl",
+        cwd=third,
+    )
+    assert r.returncode == 0, r.stderr
+    r = run(
+        "gate",
+        "--baseline",
+        suite / "out" / "b.jsonl",
+        "--candidate",
+        suite / "out" / "c.jsonl",
+        "--format",
+        "json",
+        cwd=elsewhere,
+    )
+    assert json.loads(r.stdout)["counts"]["NEEDS_REBASELINE"] == 0
