@@ -25,13 +25,13 @@ in a mixed pair the legacy side's recording counts as possibly truncated.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import msgspec
 
 from ._records import AnyVerdict, LegacyVerdict, Verdict
+from ._scoring import mode_for
 
 Outcome = Literal[
     "PASS", "IMPROVEMENT", "REGRESSION", "NEEDS_REBASELINE", "NEEDS_RERUN", "EXCLUDED"
@@ -154,17 +154,6 @@ def _check_unknown(b: AnyVerdict, c: AnyVerdict, found: _Found) -> None:
             ),
             remedy="rerun_baseline",
         )
-
-
-def _mode_for(tool: str, modes: Mapping[str, str] | None) -> str | None:
-    if not modes:
-        return None
-    if tool in modes:
-        return modes[tool]
-    for pattern, mode in modes.items():
-        if pattern not in ("default", "*") and fnmatch.fnmatchcase(tool, pattern):
-            return mode
-    return modes.get("default", modes.get("*"))
 
 
 def _check_native_pair(b: Verdict, c: Verdict, found: _Found) -> None:
@@ -323,13 +312,12 @@ def _check_fidelity(
             remedy="rerun_baseline",
         )
         return
-    if b_modes == c_modes:
-        return
     diffs = []
     for tool in sorted(set(b_tools) | set(c_tools)):
-        bm, cm = _mode_for(tool, b_modes), _mode_for(tool, c_modes)
-        if bm != cm:
-            diffs.append(f"{tool}: {bm or 'unspecified'} vs {cm or 'unspecified'}")
+        bm, cm = mode_for(tool, b_modes), mode_for(tool, c_modes)
+        # Fail closed: a mode nobody recorded is unknown, never equal to another unknown.
+        if bm is None or cm is None or bm != cm:
+            diffs.append(f"{tool}: {bm or 'unknown'} vs {cm or 'unknown'}")
     if diffs:
         _flag(
             found,

@@ -15,9 +15,10 @@ policy's flags, the refusal detector, the judge - is provenance, carried on the 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -184,6 +185,47 @@ def tools_called(steps: Sequence[Step]) -> tuple[str, ...]:
     return tuple(sorted({s.tool for s in steps if isinstance(s, ToolCallStep)}))
 
 
+#: The mode a recorded fidelity shows was in force (for episodes that do not say).
+_MODE_OF_FIDELITY = {
+    "real": "real",
+    "stubbed": "stub",
+    "swallowed": "swallow",
+    "denied": "deny",
+    "replayed": "replay",
+}
+
+
+def tool_modes(header_modes: Mapping[str, str], steps: Sequence[Step]) -> dict[str, str]:
+    """The fidelity mode of each tool the episode called, as provenance.
+
+    The header's configured modes (names, globs, ``default``) as they are; a called tool
+    they do not cover (a hand-written episode, another harness) gets the mode its recorded
+    calls show (``observed:stub``; ``observed:real+stub`` if they differ), so a stubbed
+    baseline never compares with a real candidate just because neither said so.
+    """
+    modes = dict(header_modes)
+    seen: dict[str, set[str]] = {}
+    for s in steps:
+        if isinstance(s, ToolCallStep) and mode_for(s.tool, modes) is None:
+            seen.setdefault(s.tool, set()).add(_MODE_OF_FIDELITY.get(s.fidelity, s.fidelity))
+    for tool, observed in seen.items():
+        modes[tool] = "observed:" + "+".join(sorted(observed))
+    return modes
+
+
+def mode_for(tool: str, modes: Mapping[str, str] | None) -> str | None:
+    """The mode ``modes`` (a header's ``tool_modes``) gives ``tool``: its name, the first
+    matching glob, then ``default``; None when nothing covers it."""
+    if not modes:
+        return None
+    if tool in modes:
+        return modes[tool]
+    for pattern, mode in modes.items():
+        if pattern not in ("default", "*") and fnmatch.fnmatchcase(tool, pattern):
+            return mode
+    return modes.get("default", modes.get("*"))
+
+
 def build_verdict(
     episode: Episode,
     *,
@@ -213,7 +255,7 @@ def build_verdict(
         fallback_judge=fallback_judge,
         steps_recorded=len(episode.steps),
         steps_covered=len(step_verdicts),
-        tool_modes=dict(episode.header.tool_modes),
+        tool_modes=tool_modes(episode.header.tool_modes, episode.steps),
         tools_called=tools_called(episode.steps),
     )
     return Verdict(

@@ -87,12 +87,20 @@ class GateReport(msgspec.Struct, frozen=True, kw_only=True):
         ]
 
 
+#: Up to this many discordant pairs the p-value is summed in integers (exact, correctly
+#: rounded once); beyond, in log space.
+_EXACT_UP_TO = 2000
+
+
 def mcnemar_exact_p(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs."""
     n = b + c
     if n == 0:
         return 1.0
     k = min(b, c)
+    if n <= _EXACT_UP_TO:
+        count = sum(math.comb(n, i) for i in range(k + 1))
+        return min(1.0, (2 * count) / (1 << n))  # int / int: correctly rounded
     # Sum binomial(n, i) / 2**n for i <= k in log space (n can be large).
     log_half_n = n * math.log(0.5)
     terms = [

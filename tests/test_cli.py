@@ -520,3 +520,48 @@ def test_rebaseline_like_finds_a_python_judge_from_any_working_dir(suite: Path) 
         cwd=elsewhere,
     )
     assert json.loads(r.stdout)["counts"]["NEEDS_REBASELINE"] == 0
+
+
+def test_hand_written_stubbed_baseline_never_compares_with_a_real_candidate(
+    tmp_path: Path,
+) -> None:
+    """Episodes that do not say their tool modes: the recorded fidelity speaks for them."""
+    for side, fidelity in (("b", "stubbed"), ("c", "real")):
+        records = [
+            {"kind": "episode", "v": 1, "episode_id": side, "case_id": "k"},
+            {
+                "kind": "step",
+                "v": 1,
+                "episode_id": side,
+                "index": 0,
+                "type": "tool_call",
+                "call_id": "1",
+                "tool": "send_email",
+                "args": {},
+                "fidelity": fidelity,
+                "shown": {"content": []},
+            },
+            {"kind": "end", "v": 1, "episode_id": side, "status": "complete"},
+        ]
+        (tmp_path / f"{side}.episodes.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records)
+        )
+    (tmp_path / "p.toml").write_text(POLICY.format(refusal="false"))
+    for side in ("b", "c"):
+        r = run(
+            "score",
+            f"{side}.episodes.jsonl",
+            "--policy",
+            "p.toml",
+            "-o",
+            f"{side}.jsonl",
+            cwd=tmp_path,
+        )
+        assert r.returncode == 0, r.stderr
+    r = run(
+        "gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", "json", cwd=tmp_path
+    )
+    assert r.returncode == 4, r.stdout
+    (case,) = json.loads(r.stdout)["cases"]
+    assert [x["code"] for x in case["reasons"]] == ["fidelity_mismatch"]
+    assert "observed:stub vs observed:real" in case["reasons"][0]["detail"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import pytest
 from factories import legacy, prov, replace, verdict
+from hypothesis import given
+from hypothesis import strategies as st
 
 from litmus_sandbox import RecorderId, compare_case, gate, mcnemar_exact_p, step_diff
 from litmus_sandbox._gate import Reason
@@ -140,6 +143,28 @@ def test_fidelity_compared_only_for_tools_called() -> None:
     assert codes(r.reasons) == {"fidelity_mismatch"}
     assert "send_email: real vs stub" in r.reasons[0].detail
     assert r.reasons[0].remedy == "rerun_baseline"
+
+
+@pytest.mark.parametrize(
+    ("b_modes", "c_modes"),
+    [
+        (None, None),
+        ({}, {}),
+        ({"other": "real"}, {"other": "real"}),
+        (None, {"send_email": "real"}),
+    ],
+)
+def test_a_tool_mode_nobody_recorded_fails_closed(
+    b_modes: dict[str, str] | None, c_modes: dict[str, str] | None
+) -> None:
+    """Unknown is never equal to unknown: a called tool with no mode on a side is a mismatch."""
+    r = compare_case("c", [verdict(tool_modes=b_modes)], [verdict(tool_modes=c_modes)])
+    assert r.outcome == "NEEDS_REBASELINE"
+    assert codes(r.reasons) == {"fidelity_mismatch"}
+    assert "send_email: " in r.reasons[0].detail
+    assert "unknown" in r.reasons[0].detail
+    no_tools: dict[str, Any] = {"tool_modes": None, "tools_called": ()}
+    assert compare_case("c", [verdict(**no_tools)], [verdict(**no_tools)]).outcome == "PASS"
 
 
 @pytest.mark.parametrize(
@@ -339,6 +364,21 @@ def _mcnemar_brute(b: int, c: int) -> float:
 @pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 0), (5, 1), (10, 10), (30, 12), (200, 150)])
 def test_mcnemar_exact_matches_binomial(b: int, c: int) -> None:
     assert mcnemar_exact_p(b, c) == pytest.approx(_mcnemar_brute(b, c), rel=1e-9)
+
+
+@given(b=st.integers(0, 300), c=st.integers(0, 300))
+def test_mcnemar_is_the_exact_fraction_correctly_rounded(b: int, c: int) -> None:
+    n, k = b + c, min(b, c)
+    exact = min(Fraction(1), Fraction(2 * sum(math.comb(n, i) for i in range(k + 1)), 2**n))
+    assert mcnemar_exact_p(b, c) == float(exact)
+
+
+def test_mcnemar_far_past_exact_summing_still_agrees() -> None:
+    """Past 2,000 discordant pairs the sum runs in log space: still the exact test."""
+    for b, c in ((1500, 1400), (1100, 1000), (2500, 2500)):
+        n, k = b + c, min(b, c)
+        exact = min(Fraction(1), Fraction(2 * sum(math.comb(n, i) for i in range(k + 1)), 2**n))
+        assert mcnemar_exact_p(b, c) == pytest.approx(float(exact), rel=1e-9)
 
 
 def test_prov_factory_is_comparable_with_itself() -> None:

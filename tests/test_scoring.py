@@ -29,7 +29,7 @@ from litmus_sandbox import (
     score_episode,
 )
 from litmus_sandbox._records import Step
-from litmus_sandbox._scoring import step_keys
+from litmus_sandbox._scoring import step_keys, tool_modes
 
 DET = RefusalDetector()
 STEPS: list[Step] = [
@@ -280,3 +280,27 @@ def test_policy_file_unknown_table_is_rejected(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="unknown table"):
         Policy.from_file(p)
+
+
+def test_tool_modes_fill_in_what_the_recording_shows_for_tools_nobody_configured() -> None:
+    steps = [
+        call(0, "send_email", fidelity="stubbed"),
+        call(1, "fetch", fidelity="real"),
+        call(2, "fetch", fidelity="swallowed"),
+        call(3, "delete_x", fidelity="denied"),
+    ]
+    assert tool_modes({}, steps) == {
+        "send_email": "observed:stub",
+        "fetch": "observed:real+swallow",
+        "delete_x": "observed:deny",
+    }
+    # Configured modes (names, globs, default) are kept and win.
+    assert tool_modes({"send_*": "stub", "default": "real"}, steps) == {
+        "send_*": "stub",
+        "default": "real",
+    }
+    assert tool_modes({"fetch": "real"}, steps) == {
+        "fetch": "real",
+        "send_email": "observed:stub",
+        "delete_x": "observed:deny",
+    }
