@@ -79,6 +79,10 @@ from ._suite import GateReport as GateReport
 from ._suite import gate as gate
 from ._suite import mcnemar_exact_p as mcnemar_exact_p
 from ._tool_calls import ToolResult as ToolResult
+from .oracles.egress import EgressPolicy as EgressPolicy
+from .oracles.egress import EgressProbe as EgressProbe
+from .oracles.fs import FsProbe as FsProbe
+from .oracles.state import StateProbe as StateProbe
 
 __version__ = "0.1.0"
 
@@ -93,6 +97,8 @@ __all__ = [
     "Divergence",
     "Effects",
     "EgressEvent",
+    "EgressPolicy",
+    "EgressProbe",
     "Episode",
     "EpisodeDiff",
     "EpisodeEnd",
@@ -100,6 +106,7 @@ __all__ = [
     "EpisodeRecorder",
     "Finding",
     "FsEffect",
+    "FsProbe",
     "GateReport",
     "JsonlWriter",
     "JudgeError",
@@ -129,6 +136,7 @@ __all__ = [
     "ScoringPolicy",
     "Served",
     "Shown",
+    "StateProbe",
     "StepJudgment",
     "StepVerdict",
     "Stub",

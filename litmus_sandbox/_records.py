@@ -148,6 +148,8 @@ class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     status: int | None = None
     decision: str = "allow"
     sni: str | None = None
+    #: The whole URL (``scheme://host[:port]path``; a CONNECT tunnel has no path).
+    url: str | None = None
 
 
 class Effects(msgspec.Struct, frozen=True, kw_only=True):

@@ -469,6 +469,19 @@ class Sandbox:
             )
         return await ep.run(cmd, name=name, input=input, env=env)
 
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The recording egress transport, to mount on an httpx client of your own
+        (``httpx.AsyncClient(transport=sandbox.transport())``).
+
+        Raises:
+            ConfigError: the sandbox's egress is not watched (``Sandbox(egress=False)``).
+        """
+        if self.egress is None:
+            raise ConfigError(
+                "transport() needs an egress policy, and this sandbox was made with egress=False"
+            )
+        return self.egress.transport()
+
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An httpx client whose every request is recorded and decided by the egress policy.
 

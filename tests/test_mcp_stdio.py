@@ -233,7 +233,7 @@ async def test_a_call_the_client_cancels_is_recorded_as_interrupted(tmp_path: Pa
     [
         (["--", "no-such-mcp-server-xyz"], "'no-such-mcp-server-xyz' not found"),
         ([], "no MCP server command"),
-        (["--timeout", "0", "--", "true"], "--timeout must be a positive"),
+        (["--timeout", "-1", "--", "true"], "--timeout must be a positive"),
         (["--listen", "127.0.0.1:1"], "needs both --listen"),
         (["--env", "NOVALUE", "--", "true"], "--env expects KEY=VALUE"),
         (["--timeout", "soon", "--", "true"], "invalid float value"),

@@ -57,6 +57,7 @@ async def test_http_client_requests_land_on_the_calling_step(tmp_path: Path, ser
         "allow",
     )
     assert event.response_bytes == len(b"hello from loopback")
+    assert event.url == f"{server}/a"
     assert [f.code for f in second.findings] == ["escape"]
     assert _HELLO.hits == ["/a"]
 
@@ -187,3 +188,29 @@ def test_stale_proxy_socket_folders_are_swept() -> None:
         finally:
             for folder in (live, young, fresh):
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_a_transport_to_mount_on_your_own_client(tmp_path: Path, server: str) -> None:
+    import httpx
+
+    import litmus_sandbox
+    from litmus_sandbox import oracles
+
+    # The probes are importable from the package and from litmus_sandbox.oracles too.
+    assert oracles.FsProbe is litmus_sandbox.FsProbe
+    assert oracles.EgressProbe is litmus_sandbox.EgressProbe
+    assert oracles.StateProbe is litmus_sandbox.StateProbe
+    sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", probes=())
+
+    async def fetch(url: str) -> str:
+        async with httpx.AsyncClient(transport=sb.transport()) as client:
+            return (await client.get(url)).text
+
+    sb.tool(fetch)
+    async with sb, sb.episode("c") as ep:
+        got = await ep.call("fetch", url=f"{server}/mounted?q=1")
+    assert got.value == "hello from loopback"
+    (step,) = steps_of(tmp_path / "e.jsonl")
+    assert [(e.url, e.decision, e.status) for e in step.effects.egress] == [
+        (f"{server}/mounted?q=1", "allow", 200)
+    ]

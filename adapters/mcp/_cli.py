@@ -42,6 +42,10 @@ first requests (initialize, server/discover, tools/list, tools/call), else "mcp-
 """
 
 
+#: Seconds a tools/call may go unanswered: a hung server must not hang the client.
+DEFAULT_TIMEOUT = 60.0
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse ``litmus-sandbox proxy ARGS...``; bad usage exits 2 with one line."""
     from litmus_sandbox._cli import _Parser  # exits 2, like every other command
@@ -76,7 +80,9 @@ def add_parser(sub: Any) -> None:
         "--timeout",
         metavar="SECONDS",
         type=float,
-        help="a tools/call unanswered this long gets an error, and the episode is aborted",
+        default=DEFAULT_TIMEOUT,
+        help="a tools/call unanswered this long gets an error, the server is told it was "
+        f"cancelled, and the episode is aborted (default {DEFAULT_TIMEOUT:g}; 0: wait forever)",
     )
     p.add_argument(
         "--env",
@@ -249,8 +255,10 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if args.timeout is not None and args.timeout <= 0:
-        raise ConfigError("--timeout must be a positive number of seconds")
+    if args.timeout is not None and args.timeout < 0:
+        raise ConfigError("--timeout must be a positive number of seconds (or 0: no limit)")
+    if args.timeout == 0:
+        args.timeout = None
     root = Path(args.root) if args.root else Path.cwd()
     policy = _policy(args)
     if policy is not None:

@@ -136,7 +136,16 @@ class EgressFlow:
             status=self.status,
             decision=self.decision,
             sni=self.sni,
+            url=self.url,
         )
+
+    @property
+    def url(self) -> str:
+        """``scheme://host[:port]path``, the port left out when it is the scheme's default."""
+        default = {"http": 80, "https": 443}.get(self.scheme)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        port = "" if self.port is None or self.port == default else f":{self.port}"
+        return f"{self.scheme}://{host}{port}{self.path}"
 
     def __repr__(self) -> str:
         state = "done" if self.done else "open"
