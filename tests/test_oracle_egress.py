@@ -366,6 +366,7 @@ async def test_transport_records_an_allowed_request() -> None:
         response_bytes=len(r.content),
         status=200,
         decision="allow",
+        url=f"http://127.0.0.1:{srv.port}/up?x=1",
     )
 
 

@@ -140,9 +140,12 @@ class EgressFlow:
         )
 
     @property
-    def url(self) -> str:
-        """``scheme://host[:port]path``, the port left out when it is the scheme's default."""
+    def url(self) -> str | None:
+        """``scheme://host[:port]path`` of an HTTP(S) request or tunnel, the port left out
+        when it is the scheme's default; None for other traffic (a DNS query, raw TCP)."""
         default = {"http": 80, "https": 443}.get(self.scheme)
+        if default is None:
+            return None
         host = f"[{self.host}]" if ":" in self.host else self.host
         port = "" if self.port is None or self.port == default else f":{self.port}"
         return f"{self.scheme}://{host}{port}{self.path}"
