@@ -829,3 +829,25 @@ async def test_sandbox_keeps_its_own_episode_stream_out_of_the_tripwires(tmp_pat
     assert [f.code for f in leak_step.findings] == ["escape"]
     assert episode.end is not None
     assert episode.end.findings == ()
+
+
+@pytest.mark.parametrize("use_watchdog", [True, False])
+async def test_a_hard_link_made_during_the_episode_is_watched_from_then_on(
+    root: Path, use_watchdog: bool
+) -> None:
+    """Call 1 links h.txt to a.txt; call 2 writes through h.txt: both paths changed in call
+    2 (no event names a.txt), and nothing is left unattributed."""
+    (root / "a.txt").write_bytes(b"one")
+    settle()
+    async with running(FsProbe(root, tripwires=(), use_watchdog=use_watchdog)) as probe:
+        await probe.before_call("c1")
+        await tool(lambda: os.link(root / "a.txt", root / "h.txt"))
+        first = (await probe.after_call("c1")).fs
+        await probe.before_call("c2")
+        await tool(lambda: (root / "h.txt").write_bytes(b"two"))
+        second = (await probe.after_call("c2")).fs
+        leftover = (await probe.finish()).fs
+    assert ops(first) == [("h.txt", "created")]
+    assert ops(second) == [("a.txt", "modified"), ("h.txt", "modified")]
+    assert all(e.after_sha256 == sha(b"two") for e in second)
+    assert leftover == ()

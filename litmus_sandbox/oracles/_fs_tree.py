@@ -156,7 +156,9 @@ class Tree:
             return
         kids[name] = new
         if new.kind != "dir" and new.nlink > 1:
-            snap.multi.add(path)
+            if path not in snap.multi:
+                snap.multi.add(path)
+                self._join_links(path, new, found, racy_from)
         else:
             snap.multi.discard(path)
         merge_change(found, path, old, new)
@@ -166,6 +168,23 @@ class Tree:
                 prefix = f"{d}/"
                 for n, e in snap.dirs[d].items():
                     merge_change(found, prefix + n, None, e)
+
+    def _join_links(
+        self, path: str, entry: Entry, found: dict[str, Change], racy_from: int
+    ) -> None:
+        """A new hard link to ``entry``: its other paths in the tree are watched as links
+        from now on (a write through one changes all, with no event naming the others)."""
+        inode, device = entry.inode, entry.device
+        others = [
+            f"{d}/{n}" if d else n
+            for d, kids in self.snap.dirs.items()
+            for n, e in kids.items()
+            if e.inode == inode and e.device == device and e.kind != "dir"
+        ]
+        for other in others:
+            if other != path and other not in self.snap.multi:
+                self.snap.multi.add(other)
+                self._update(other, found, racy_from)  # its link count moved too
 
     def _drop_children(self, path: str, found: dict[str, Change]) -> None:
         snap = self.snap
