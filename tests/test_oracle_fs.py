@@ -851,3 +851,43 @@ async def test_a_hard_link_made_during_the_episode_is_watched_from_then_on(
     assert ops(second) == [("a.txt", "modified"), ("h.txt", "modified")]
     assert all(e.after_sha256 == sha(b"two") for e in second)
     assert leftover == ()
+
+
+async def test_default_tripwires_see_into_directories_beside_the_root(base: Path) -> None:
+    """With the default tripwires, a directory next to the root is watched whole: writes
+    into it, a rename into it and a write through a symlink into it are escapes."""
+    box = base / "box"
+    root, outside = box / "root", box / "outside"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "existing.txt").write_bytes(b"old")
+    (outside / "target.txt").write_bytes(b"target")
+    (root / "mv.txt").write_bytes(b"mv")
+    episodes = base / "eps.jsonl"
+
+    def act(step: str) -> str:
+        if step == "write":
+            (outside / "leak.txt").write_bytes(b"leak")
+            (outside / "existing.txt").write_bytes(b"new")
+        elif step == "rename":
+            os.rename(root / "mv.txt", outside / "moved.txt")
+        else:
+            os.symlink(outside / "target.txt", root / "link")
+            (root / "link").write_bytes(b"through")
+        return "done"
+
+    sb = Sandbox(root=root, episodes=episodes, tools={"act": act}, probes=[FsProbe(root)])
+    async with sb, sb.episode("siblings") as ep:
+        for step in ("write", "rename", "through"):
+            await ep.call("act", step=step)
+    (episode,) = read_episodes(episodes)
+    steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
+    escapes = [sorted(f.path for f in s.findings if f.code == "escape") for s in steps]
+    o = str(outside)
+    assert escapes == [
+        [f"{o}/existing.txt", f"{o}/leak.txt"],
+        [f"{o}/moved.txt"],
+        [f"{o}/target.txt"],
+    ]
+    assert episode.end is not None
+    assert episode.end.unattributed.fs == ()

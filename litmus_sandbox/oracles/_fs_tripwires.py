@@ -8,7 +8,9 @@ another are left out of each tree.
 The root's own surroundings are where ``../`` lands: whenever there are tripwires, the
 root's parent is one too, and so is every directory between the root and a tripwire that
 holds it (each one level deep), so a write to ``../x`` or ``../../x`` or a rename out of
-the root is seen wherever the root sits under the temp dir or the home directory.
+the root is seen wherever the root sits under the temp dir or the home directory. The
+directories beside the root in its parent are tripwires as well (whole when small), unless
+there are more than a few of them.
 """
 
 from __future__ import annotations
@@ -80,6 +82,33 @@ def _surroundings(root: str, tops: list[str]) -> list[str]:
     return out
 
 
+#: A parent with more directories than this beside the root is a shared place (a temp
+#: dir): its directories are not watched one by one.
+_MAX_SIBLINGS = 16
+
+
+def _siblings(root: str, tops: list[str]) -> list[str]:
+    """The directories beside the root in its parent (not links), when there are few.
+
+    ``../x`` lands in the parent, which is watched one level deep; a write into an
+    existing directory next to the root (``../outside/x``, or through a symlink into it)
+    lands one level deeper, where only a watch of that directory sees it.
+    """
+    parent = os.path.dirname(root)
+    try:
+        with os.scandir(parent) as it:
+            found = [
+                os.path.join(parent, e.name)
+                for e in it
+                if e.is_dir(follow_symlinks=False) and os.path.join(parent, e.name) != root
+            ]
+    except OSError:
+        return []
+    if len(found) > _MAX_SIBLINGS:
+        return []
+    return sorted(d for d in found if d not in tops)
+
+
 class Plan:
     """A tripwire as it will be watched."""
 
@@ -103,7 +132,10 @@ def plan_tripwires(
         if os.path.isdir(top) and not _under(top, root) and top not in tops:
             tops.append(top)
     if tops:
-        tops.extend(_surroundings(root, tops))
+        around = _surroundings(root, tops)
+        tops.extend(around)
+        if around:  # the root's parent is ours to watch: so are its other directories
+            tops.extend(_siblings(root, tops))
     ignored = [os.path.realpath(p) for p in ignore]
     plans = []
     for top in tops:
