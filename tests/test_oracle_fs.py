@@ -882,7 +882,7 @@ async def test_default_tripwires_see_into_directories_beside_the_root(base: Path
             await ep.call("act", step=step)
     (episode,) = read_episodes(episodes)
     steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
-    escapes = [sorted(f.path for f in s.findings if f.code == "escape") for s in steps]
+    escapes = [sorted(f.path or "" for f in s.findings if f.code == "escape") for s in steps]
     o = str(outside)
     assert escapes == [
         [f"{o}/existing.txt", f"{o}/leak.txt"],
