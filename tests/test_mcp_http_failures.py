@@ -16,6 +16,8 @@ import httpx
 import pytest
 from test_mcp_helpers import calls, one_episode
 
+from litmus_sandbox import Policy
+
 pytestmark = pytest.mark.anyio
 
 RELEASE = threading.Event()
@@ -250,3 +252,68 @@ async def test_headers_are_forwarded_as_the_client_sent_them(tmp_path: Path) -> 
         assert ("x-trace", "t-9") in headers
         assert ("mcp-session-id", "s-1") in headers
         assert ("accept", "application/json, text/event-stream") in headers
+
+
+async def test_output_schemas_are_learnt_from_compressed_tools_list_answers(
+    tmp_path: Path,
+) -> None:
+    """A server that gzips its answers: the client gets them as sent, and a stubbed tool's
+    answer still carries structure that fits the schema the (compressed) list declared."""
+    import gzip
+
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    schema = {
+        "type": "object",
+        "properties": {"content": {"type": "string"}},
+        "required": ["content"],
+    }
+
+    class Gzipped(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            tools = [{"name": "w", "inputSchema": {"type": "object"}, "outputSchema": schema}]
+            reply = {"jsonrpc": "2.0", "id": body["id"], "result": {"tools": tools}}
+            data = gzip.compress(json.dumps(reply).encode())
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Gzipped)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    policy = tmp_path / "p.toml"
+    policy.write_text('[tools]\nw = { mode = "stub", result = "stubbed!" }\n')
+    proxy = HttpProxy(
+        f"http://127.0.0.1:{httpd.server_address[1]}/mcp",
+        episodes=tmp_path / "eps.jsonl",
+        root=tmp_path,
+        policy=Policy.from_file(policy),
+    )
+    headers = {"Accept": "application/json, text/event-stream", "Accept-Encoding": "gzip"}
+    try:
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(proxy.serve, "127.0.0.1", 0)
+            base = f"http://127.0.0.1:{port}"
+            async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+                listed = await client.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers=headers,
+                )
+                stub = await client.post("/mcp", json=call(2, "w"), headers=headers)
+            proxy.stop()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert listed.headers["content-encoding"] == "gzip"  # relayed as the server sent it
+    assert listed.json()["result"]["tools"][0]["outputSchema"] == schema
+    assert stub.json()["result"]["structuredContent"] == {"content": "stubbed!"}

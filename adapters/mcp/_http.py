@@ -22,6 +22,7 @@ gets one per case id it names in ``_meta``, or one for the whole proxy run.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -62,6 +63,25 @@ PathLike = str | os.PathLike[str]
 
 #: A tools/list answer larger than this is relayed without learning schemas from it.
 _MAX_LISTING = 8 << 20
+
+
+def _decoded(raw: bytes, encoding: str | None) -> bytes | None:
+    """A relayed body as sent before its content encoding (the relay itself stays
+    byte-exact: this copy is only read); None for an encoding not understood."""
+    coding = (encoding or "identity").strip().lower()
+    try:
+        if coding == "identity":
+            return raw
+        if coding in ("gzip", "x-gzip"):
+            return zlib.decompress(raw, wbits=31, bufsize=1 << 16)
+        if coding == "deflate":
+            try:
+                return zlib.decompress(raw)
+            except zlib.error:
+                return zlib.decompress(raw, wbits=-15)  # raw deflate, as some servers send
+    except zlib.error:
+        return None
+    return None
 
 
 class HttpProxy:
@@ -351,10 +371,10 @@ class HttpProxy:
                 pass  # the server dropped the stream: end ours where it ended
             await down.end()
             if listing and msg is not None and len(seen) < _MAX_LISTING:
-                encoding = response.headers.get("content-encoding", "identity")
-                if encoding == "identity":
+                plain = _decoded(bytes(seen), response.headers.get("content-encoding"))
+                if plain is not None:
                     ctype = response.headers.get("content-type", "")
-                    result = listing_result(bytes(seen), ctype, msg.id)
+                    result = listing_result(plain, ctype, msg.id)
                     self.output_schemas.update(output_schemas(result))
         finally:
             with anyio.CancelScope(shield=True):
