@@ -47,6 +47,11 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def mine(base: Path, path: str | None) -> bool:
+    """A path this test made: relative (in the root) or under its own directory."""
+    return path is not None and (not path.startswith("/") or path.startswith(f"{base}/"))
+
+
 def ops(effects: tuple[FsEffect, ...]) -> list[tuple[str, str]]:
     return [(e.path, e.op) for e in effects]
 
@@ -745,15 +750,19 @@ async def test_default_tripwires_catch_traversal_wherever_the_root_sits(base: Pa
         await ep.call("move", src="in.txt", dst="../../../moved.txt")
     (episode,) = read_episodes([episodes])
     steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
-    escapes = [[f.path for f in s.findings if f.code == "escape"] for s in steps]
+    # Only what this test did (other processes may write in the temp dir or home meanwhile).
+    escapes = [
+        [f.path for f in s.findings if f.code == "escape" and mine(base, f.path)] for s in steps
+    ]
     assert escapes == [
         [str(base / "a" / "b" / "up1.txt")],
         [str(base / "a" / "up2.txt")],
         [str(base / "moved.txt")],
     ]
-    assert ops(steps[2].effects.fs) == [(str(base / "moved.txt"), "created"), ("in.txt", "deleted")]
+    moved = [e for e in steps[2].effects.fs if mine(base, e.path)]
+    assert ops(tuple(moved)) == [(str(base / "moved.txt"), "created"), ("in.txt", "deleted")]
     assert episode.end is not None
-    assert episode.end.unattributed.fs == ()
+    assert [e for e in episode.end.unattributed.fs if mine(base, e.path)] == []
 
 
 def test_entry_modes_are_permission_bits(root: Path) -> None:
@@ -882,7 +891,10 @@ async def test_default_tripwires_see_into_directories_beside_the_root(base: Path
             await ep.call("act", step=step)
     (episode,) = read_episodes(episodes)
     steps = [s for s in episode.steps if isinstance(s, ToolCallStep)]
-    escapes = [sorted(f.path or "" for f in s.findings if f.code == "escape") for s in steps]
+    escapes = [
+        sorted(f.path or "" for f in s.findings if f.code == "escape" and mine(base, f.path))
+        for s in steps
+    ]
     o = str(outside)
     assert escapes == [
         [f"{o}/existing.txt", f"{o}/leak.txt"],
@@ -890,4 +902,4 @@ async def test_default_tripwires_see_into_directories_beside_the_root(base: Path
         [f"{o}/target.txt"],
     ]
     assert episode.end is not None
-    assert episode.end.unattributed.fs == ()
+    assert [e for e in episode.end.unattributed.fs if mine(base, e.path)] == []

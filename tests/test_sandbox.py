@@ -327,10 +327,19 @@ async def test_the_sandboxs_own_files_under_its_root_are_not_effects(tmp_path: P
         await ep.call("add", a=3, b=4)
     (episode,) = read_episodes(rec)  # one path, not a list
     assert "fs" in episode.header.oracles
-    assert all(s.effects.fs == () for s in episode.steps if isinstance(s, ToolCallStep))
+    # Effects in the root (relative paths); tripwires elsewhere may see other processes.
+    assert all(
+        not [e for e in s.effects.fs if not e.path.startswith("/")]
+        for s in episode.steps
+        if isinstance(s, ToolCallStep)
+    )
     assert episode.end is not None
-    assert episode.end.unattributed.fs == ()
-    assert episode.end.findings == ()
+    assert [e for e in episode.end.unattributed.fs if not e.path.startswith("/")] == []
+    assert [
+        f
+        for f in episode.end.findings
+        if f.path and (not f.path.startswith("/") or f.path.startswith(str(tmp_path)))
+    ] == []
     rerun = tmp_path / "rerun.jsonl"
     replay = Sandbox(
         root=tmp_path,
@@ -343,7 +352,7 @@ async def test_the_sandboxs_own_files_under_its_root_are_not_effects(tmp_path: P
         assert (await ep.call("add", a=1, b=2)).value == 3
     (again,) = read_episodes(str(rerun))
     assert again.end is not None
-    assert again.end.unattributed.fs == ()
+    assert [e for e in again.end.unattributed.fs if not e.path.startswith("/")] == []
 
 
 async def test_stubs_computed_from_arguments_however_written(tmp_path: Path) -> None:
