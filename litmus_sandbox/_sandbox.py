@@ -235,6 +235,11 @@ class EpisodeRecorder:
         step = msgspec.structs.replace(step, index=self._index())
         if self._replay is not None and isinstance(facts := step.meta.get(META_KEY), dict):
             self._replay.note_step(facts["call"], step.index)
+            divergence = facts.get("divergence")
+            if isinstance(divergence, dict) and divergence.get("step") is None:
+                # The step's index is known only now: the record names it, as the report does.
+                facts = {**facts, "divergence": {**divergence, "step": step.index}}
+                step = msgspec.structs.replace(step, meta={**step.meta, META_KEY: facts})
         if finalize is not None:
             step = finalize(step)
         await self._write(step)

@@ -134,6 +134,7 @@ async def test_a_miss_is_an_error_the_agent_sees_and_a_divergence(tmp_path: Path
     assert miss.actual.outcome == "not_run"
     divergence = miss.meta["replay"]["divergence"]
     assert divergence["reason"] == "no_match"
+    assert divergence["step"] == miss.index  # the record names the step, as the report does
     assert divergence["closest"][0]["differs"] == ["$.key"]
     (new,) = read_episodes([tmp_path / "new.jsonl"])
     report = sandbox.replay_reports[new.episode_id]
