@@ -133,6 +133,8 @@ class FsEffect(msgspec.Struct, frozen=True, kw_only=True):
     before_mode: int | None = None
     after_mode: int | None = None
     target: str | None = None
+    #: Why the entry as it is now could not be read (its content is unknown: no hash).
+    error: str | None = None
 
 
 class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):

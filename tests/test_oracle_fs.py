@@ -903,3 +903,26 @@ async def test_default_tripwires_see_into_directories_beside_the_root(base: Path
     ]
     assert episode.end is not None
     assert [e for e in episode.end.unattributed.fs if mine(base, e.path)] == []
+
+
+def test_an_entry_that_could_not_be_read_says_so_in_its_effect(root: Path) -> None:
+    """Content unknown (no hash) is marked with the reason, created or modified alike."""
+    from litmus_sandbox.oracles._fs_diff import effects_for
+    from litmus_sandbox.oracles._fs_snapshot import Entry
+
+    (root / "f").write_bytes(b"x")
+    st = os.lstat(root / "f")
+    readable = Entry(st, sha256=sha(b"x"))
+    locked = Entry(st, error="unreadable: Permission denied")
+    (created,) = effects_for("f", None, locked)
+    assert (created.op, created.after_sha256, created.error) == (
+        "created",
+        None,
+        "unreadable: Permission denied",
+    )
+    (root / "f").write_bytes(b"changed")
+    changed = Entry(os.lstat(root / "f"), error="unreadable: Permission denied")
+    (modified,) = effects_for("f", readable, changed)
+    assert (modified.op, modified.error) == ("modified", "unreadable: Permission denied")
+    (fine,) = effects_for("f", None, readable)
+    assert fine.error is None

@@ -35,6 +35,7 @@ def _created(path: str, e: Entry) -> FsEffect:
         after_size=e.size if kind == "file" else None,
         after_mode=e.mode,
         target=display_path(e.target) if e.target is not None else None,
+        error=e.error,
     )
 
 
@@ -113,6 +114,7 @@ def effects_for(path: str, old: Entry | None, new: Entry | None) -> list[FsEffec
             after_size=new.size if is_file else None,
             before_mode=old.mode,
             after_mode=new.mode,
+            error=new.error,
         )
     ]
 
