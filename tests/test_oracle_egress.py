@@ -987,3 +987,43 @@ async def test_run_strict_needs_a_unix_socket() -> None:
 
 def test_egress_rule_defaults_to_allow() -> None:
     assert EgressRule().mode == "allow"
+
+
+async def test_a_tunnel_whose_server_name_the_policy_denies_is_closed(ca: trustme.CA) -> None:
+    """CONNECT to an allowed address naming a host a rule denies in its ClientHello: the
+    tunnel ends before the hello reaches the server, and the flow says deny with the name.
+    A name no rule covers (deny by default) is not refused: the address was allowed."""
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("service.litmus.test", "evil.test").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    policy = EgressPolicy.from_mapping(
+        {"default": "deny", "127.0.0.1": "allow", "evil.test": "deny"}
+    )
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server(tls=server_ctx)) as srv, ForwardProxy(policy, log) as proxy:
+            for name in ("evil.test", "service.litmus.test"):
+                stream = BufferedByteStream(await anyio.connect_tcp("127.0.0.1", proxy.port))
+                await stream.send(f"CONNECT 127.0.0.1:{srv.port} HTTP/1.1\r\n\r\n".encode())
+                head = await stream.receive_until(b"\r\n\r\n", 1024)
+                assert head.startswith(b"HTTP/1.1 200")
+                if name == "evil.test":
+                    closed = (ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+                    with pytest.raises(closed):
+                        await TLSStream.wrap(
+                            stream, hostname=name, ssl_context=client_ctx, standard_compatible=False
+                        )
+                    await stream.aclose()
+                    continue
+                tls = await TLSStream.wrap(
+                    stream, hostname=name, ssl_context=client_ctx, standard_compatible=False
+                )
+                await tls.send(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert (await tls.receive()).endswith(b"hello /ok ")
+                await tls.aclose()
+            flows = await log.settled(2)
+    by_name = {f.sni: f for f in flows}
+    assert by_name["evil.test"].decision == "deny"
+    assert by_name["evil.test"].response_bytes == 0  # the server never answered it
+    assert by_name["service.litmus.test"].decision == "allow"

@@ -502,8 +502,17 @@ class _ClientConnection:
             async with upstream:
                 await conn.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 flow.status = 200
+                policy = proxy.policy
+
+                def sni_denied(name: str) -> bool:
+                    # Only a rule naming that host denies it: the CONNECT target decided
+                    # everything else (an allowed address is not refused for its name
+                    # merely falling under a deny-by-default).
+                    rule = policy.decide(name, port)
+                    return rule is not policy.default and rule.mode != "allow"
+
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_pump_client, conn, upstream, flow, tg)
+                    tg.start_soon(_pump_client, conn, upstream, flow, tg, sni_denied)
                     tg.start_soon(_pump_upstream, upstream, conn, flow, tg)
         finally:
             _close(flow, sink)
@@ -640,9 +649,17 @@ async def _line(src: BufferedByteStream, limit: int) -> bytes:
 
 
 async def _pump_client(
-    src: BufferedByteStream, dst: ByteStream, flow: EgressFlow, tg: TaskGroup
+    src: BufferedByteStream,
+    dst: ByteStream,
+    flow: EgressFlow,
+    tg: TaskGroup,
+    sni_denied: Callable[[str], bool] | None = None,
 ) -> None:
-    """Client to upstream, reading the SNI from the first bytes on the way."""
+    """Client to upstream, reading the SNI from the first bytes on the way.
+
+    The first flight is held until the ClientHello is read whole; a server name the policy
+    denies by name ends the tunnel before any of it reaches the upstream.
+    """
     hello = bytearray()
     sniffing = True
     try:
@@ -650,16 +667,24 @@ async def _pump_client(
             try:
                 data = await src.receive(CHUNK)
             except anyio.EndOfStream:
+                if hello:  # the client ended before a whole ClientHello: pass what it sent
+                    await dst.send(bytes(hello))
                 break
+            flow.request_bytes += len(data)
             if sniffing:
                 hello += data
                 seen = parse_sni(bytes(hello))
-                if seen.complete or len(hello) > 4 * CHUNK:
-                    sniffing = False
-                    flow.scheme = "https" if seen.tls else "tcp"
-                    flow.sni = seen.server_name
-                    hello.clear()
-            flow.request_bytes += len(data)
+                if not (seen.complete or len(hello) > 4 * CHUNK):
+                    continue  # hold it: the name decides whether it goes on
+                sniffing = False
+                flow.scheme = "https" if seen.tls else "tcp"
+                flow.sni = seen.server_name
+                if seen.server_name and sni_denied is not None and sni_denied(seen.server_name):
+                    flow.decision = "deny"
+                    tg.cancel_scope.cancel()
+                    return
+                data = bytes(hello)
+                hello.clear()
             await dst.send(data)
         with suppress(*_CLOSED):
             await dst.send_eof()  # half-close: let the server finish its side
