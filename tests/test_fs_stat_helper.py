@@ -64,6 +64,13 @@ def build(top: Path) -> None:
     os.mkfifo(top / "c" / "pipe")
 
 
+def built(top: Path) -> Snapshot:
+    """``build`` the tree in ``top``, let the racy window pass, and snapshot it alone."""
+    build(top)
+    settle()
+    return Walker(top, use_helper=False).snapshot()
+
+
 def test_split_walk_sees_every_kind_of_change_like_a_walk_alone(helper: StatHelper) -> None:
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as outside:
         top = Path(d)
@@ -163,9 +170,7 @@ def test_split_walk_equals_a_walk_alone(
 def test_a_helper_that_died_between_walks_is_replaced(helper: StatHelper) -> None:
     with tempfile.TemporaryDirectory() as d:
         top = Path(d)
-        build(top)
-        settle()
-        before = Walker(top, use_helper=False).snapshot()
+        before = built(top)
         walker = Walker(top, helper_min_entries=0)
         walker.snapshot(before)  # the helper is running now
         pid = helper.pid
@@ -189,9 +194,7 @@ def test_a_helper_that_breaks_mid_walk_is_done_without(monkeypatch: pytest.Monke
     monkeypatch.setattr(_fs_stat_helper, "_shared", broken)
     with tempfile.TemporaryDirectory() as d:
         top = Path(d)
-        build(top)
-        settle()
-        before = Walker(top, use_helper=False).snapshot()
+        before = built(top)
         (top / "a" / "z").write_bytes(b"z")
         (top / "b" / "f1.txt").unlink()
         expected = view(Walker(top, use_helper=False).snapshot(before))
@@ -338,9 +341,7 @@ def test_a_helper_that_hangs_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(_fs_stat_helper, "_shared", hung)
     with tempfile.TemporaryDirectory() as d:
         top = Path(d)
-        build(top)
-        settle()
-        before = Walker(top, use_helper=False).snapshot()
+        before = built(top)
         (top / "b" / "new").write_bytes(b"n")
         t0 = time.monotonic()
         after = Walker(top, helper_min_entries=0).snapshot(before)
