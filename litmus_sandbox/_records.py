@@ -254,12 +254,14 @@ class Episode(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def complete(self) -> bool:
-        """Ended ``complete`` with every step present and nothing torn."""
+        """Ended ``complete`` with every step present (numbered 0, 1, 2... with no gap: a
+        missing number is a lost record) and nothing torn."""
         return (
             self.end is not None
             and self.end.status == "complete"
             and not self.torn
             and (self.end.steps is None or self.end.steps == len(self.steps))
+            and all(s.index == i for i, s in enumerate(self.steps))
         )
 
 

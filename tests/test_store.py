@@ -364,3 +364,30 @@ def test_torn_verdict_tail_is_a_warning(tmp_path: Path) -> None:
     stream = read_verdicts(p)
     assert [v.case_id for v in stream.verdicts] == ["a"]
     assert len(stream.warnings) == 1
+
+
+def test_a_gap_in_step_numbers_is_a_lost_record(tmp_path: Path) -> None:
+    """Steps are numbered from 0 as they happen: 0 then 3 means records were lost, so the
+    episode is not complete even though it ended (and says nothing of its count)."""
+    p = write_lines(
+        tmp_path / "e.jsonl",
+        [
+            '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}',
+            '{"kind":"step","v":1,"episode_id":"e","index":0,"type":"message","role":"user","text":"a"}',
+            '{"kind":"step","v":1,"episode_id":"e","index":3,"type":"message","role":"user","text":"b"}',
+            '{"kind":"end","v":1,"episode_id":"e","status":"complete"}',
+        ],
+    )
+    (ep,) = read_episodes(p)
+    assert [s.index for s in ep.steps] == [0, 3]
+    assert not ep.complete
+    whole = write_lines(
+        tmp_path / "w.jsonl",
+        [
+            '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}',
+            '{"kind":"step","v":1,"episode_id":"e","index":1,"type":"message","role":"user","text":"b"}',
+            '{"kind":"step","v":1,"episode_id":"e","index":0,"type":"message","role":"user","text":"a"}',
+            '{"kind":"end","v":1,"episode_id":"e","status":"complete"}',
+        ],
+    )
+    assert read_episodes(whole)[0].complete  # written out of order, none missing
