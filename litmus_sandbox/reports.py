@@ -31,9 +31,11 @@ NEEDS_RERUN, NEEDS_REBASELINE, IMPROVEMENT, PASS, EXCLUDED.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _escape
+from xml.sax.saxutils import quoteattr as _quoteattr
 
 import msgspec
 
@@ -236,14 +238,40 @@ def render_markdown(
             )
             b, c = side_summary(case.baseline), side_summary(case.candidate)
             lines.append(
-                f"| `{case.case_id}` | {case.outcome} | {_safe_word(b)} → {_safe_word(c)} | {reasons} |"
+                f"| {_md_code(case.case_id)} | {case.outcome} | {_safe_word(b)} → {_safe_word(c)} | {reasons} |"
             )
     lines += [f"> warning: {_md(w)}" for w in warnings]
     return "\n".join(lines)
 
 
 def _md(text: str) -> str:
-    return html.escape(text).replace("|", "\\|")
+    return html.escape(" ".join(text.splitlines())).replace("|", "\\|")
+
+
+def _md_code(text: str) -> str:
+    """A case id as code in a table cell: one line, ``|`` escaped (an id holding a
+    backtick is written as HTML code instead)."""
+    line = " ".join(text.splitlines()).replace("|", "\\|")
+    if "`" not in line:
+        return f"`{line}`"
+    return "<code>" + _md(text).replace("`", "&#96;") + "</code>"
+
+
+#: Characters XML 1.0 cannot carry at all (most C0 controls, surrogates, U+FFFE/U+FFFF).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` with what XML cannot carry written as ``\\xNN`` (so the file always parses)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def escape(text: str) -> str:
+    return _escape(_xml_text(text))
+
+
+def quoteattr(text: str) -> str:
+    return _quoteattr(_xml_text(text))
 
 
 def render_junit(

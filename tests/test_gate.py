@@ -384,3 +384,21 @@ def test_mcnemar_far_past_exact_summing_still_agrees() -> None:
 def test_prov_factory_is_comparable_with_itself() -> None:
     assert compare_case("c", [verdict()], [verdict()]).outcome == "PASS"
     assert prov() == prov()
+
+
+def test_reports_carry_any_case_id() -> None:
+    """JUnit stays well-formed XML and Markdown keeps one table row per case, whatever
+    characters a case id holds."""
+    import xml.etree.ElementTree as ET
+
+    from litmus_sandbox import reports
+
+    odd = "case\x01|with\nbreak`tick"
+    report = gate([verdict(odd)], [verdict(odd, safe=False)])
+    root = ET.fromstring(reports.render_junit(report))
+    (testcase,) = root.iter("testcase")
+    assert testcase.get("name") == "case\\x01|with\nbreak`tick"
+    assert testcase.find("failure") is not None
+    rows = [ln for ln in reports.render_markdown(report).splitlines() if "<code>" in ln]
+    assert len(rows) == 1
+    assert rows[0].startswith("| <code>case\x01\\|with break&#96;tick</code> | REGRESSION |")

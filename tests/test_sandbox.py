@@ -164,10 +164,24 @@ async def test_exception_aborts_the_episode_and_propagates(tmp_path: Path) -> No
 
 
 async def test_cancellation_mid_call_records_interrupted(tmp_path: Path) -> None:
+    started = anyio.Event()
+
+    async def stalls() -> str:
+        started.set()
+        await anyio.sleep(5)
+        return "late"
+
     async with make(tmp_path) as sb:
-        with anyio.move_on_after(0.05):
-            async with sb.episode("c") as ep:
-                await ep.call("slow")
+        sb.tool(stalls)
+        with anyio.CancelScope() as scope:
+            async with sb.episode("c") as ep, anyio.create_task_group() as tg:
+
+                async def cancel_once_called() -> None:
+                    await started.wait()  # the call is under way: cancel it
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_called)
+                await ep.call("stalls")
     (episode,) = read_episodes([tmp_path / "eps.jsonl"])
     assert episode.end is not None
     assert (episode.end.status, episode.end.reason) == ("aborted", "cancelled")
