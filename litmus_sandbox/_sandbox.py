@@ -481,11 +481,7 @@ class Sandbox:
         Raises:
             ConfigError: the sandbox's egress is not watched (``Sandbox(egress=False)``).
         """
-        if self.egress is None:
-            raise ConfigError(
-                "transport() needs an egress policy, and this sandbox was made with egress=False"
-            )
-        return self.egress.transport()
+        return self._watched_egress("transport()").transport()
 
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An httpx client whose every request is recorded and decided by the egress policy.
@@ -493,11 +489,14 @@ class Sandbox:
         Raises:
             ConfigError: the sandbox's egress is not watched (``Sandbox(egress=False)``).
         """
+        return self._watched_egress("http_client()").client(**kwargs)
+
+    def _watched_egress(self, what: str) -> EgressProbe:
         if self.egress is None:
             raise ConfigError(
-                "http_client() needs an egress policy, and this sandbox was made with egress=False"
+                f"{what} needs an egress policy, and this sandbox was made with egress=False"
             )
-        return self.egress.client(**kwargs)
+        return self.egress
 
     # ------------------------------------------------------------ lifecycle
 

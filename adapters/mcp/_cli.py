@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from litmus_sandbox import ConfigError, Policy, read_policy_file
+from litmus_sandbox import ConfigError, Policy
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -155,12 +155,10 @@ def _listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _egress(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The egress policy for a stdio server: the policy file's ``[egress]`` table, or
-    allow-and-record everything; None with ``--no-egress``."""
-    table = read_policy_file(args.policy).get("egress") if args.policy else None
-    if table is not None and not isinstance(table, dict):
-        raise ConfigError(f"{args.policy}: [egress] must be a table")
+def _egress(args: argparse.Namespace, policy: Policy | None) -> dict[str, Any] | None:
+    """The egress policy for a stdio server: the policy file's ``[egress]`` table (read
+    with the policy), or allow-and-record everything; None with ``--no-egress``."""
+    table = policy.egress if policy is not None else None
     if not args.egress:
         if table is not None:
             raise ConfigError(f"--no-egress, but {args.policy} has an [egress] table")
@@ -306,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
             "no MCP server command: put it after --, use --listen/--upstream, "
             "or serve a recording with --replay EPISODES"
         )
-    egress = _egress(args)
+    egress = _egress(args, policy)
     if egress is not None:
         print(
             "litmus-sandbox: the server's egress goes through a recording loopback proxy "

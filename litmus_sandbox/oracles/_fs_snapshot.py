@@ -468,6 +468,7 @@ class Walker:
         get = old_dirs.get(rel, _EMPTY).get
         kids: dict[str, Entry] = {}
         fd = -1
+        child_depth = path_depth(rel) + 1
         try:
             for name, st_tuple, mtime_ns, ctime_ns in rows:
                 if exclude and prefix + name in exclude:
@@ -502,7 +503,7 @@ class Walker:
                 kids[name] = e
                 if flags := e.flags:
                     if flags == _DIR:
-                        below.append((prefix + name, path_depth(rel) + 1))
+                        below.append((prefix + name, child_depth))
                     else:
                         multi.add(prefix + name)
         finally:
