@@ -45,6 +45,8 @@ from ._records import TOOL_MODES
 from ._replay_match import ON_MISS, ORDERS, ReplayOptions, replay_options
 
 DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
+#: The tables of a policy file (the scorer reads the last four).
+_DOCUMENT_TABLES = frozenset({"tools", "replay", "egress", "scoring", "judge", "refusal", "oracle"})
 
 
 class Stub:
@@ -195,6 +197,22 @@ class Policy:
         policy = cls.from_mapping(tables["tools"] or {}, source=source, replay=tables["replay"])
         policy.egress = dict(tables["egress"]) if tables["egress"] is not None else None
         return policy
+
+    @classmethod
+    def from_any_mapping(cls, data: Mapping[str, Any]) -> Policy:
+        """A whole policy document (``{"tools": {...}, "egress": {...}}``, as a parsed file)
+        when every key names a policy-file table holding a table; else the ``[tools]`` table.
+
+        Raises:
+            ConfigError: unknown modes, keys or values.
+        """
+        if (
+            data
+            and set(data) <= _DOCUMENT_TABLES
+            and all(isinstance(v, Mapping) for v in data.values())
+        ):
+            return cls.from_document(data)
+        return cls.from_mapping(data)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:

@@ -278,21 +278,6 @@ class EpisodeRecorder:
         return effects, unattributed_findings(effects)
 
 
-_DOCUMENT_TABLES = frozenset({"tools", "replay", "egress", "scoring", "judge", "refusal", "oracle"})
-
-
-def _policy_from_mapping(data: Mapping[str, Any]) -> Policy:
-    """A policy given as a mapping: a whole policy document (``{"tools": {...}, ...}``,
-    as a parsed file), or else the ``[tools]`` table alone."""
-    if (
-        data
-        and set(data) <= _DOCUMENT_TABLES
-        and all(isinstance(v, Mapping) for v in data.values())
-    ):
-        return Policy.from_document(data)
-    return Policy.from_mapping(data)
-
-
 _SOCKET_DIR_PREFIX = "litmus-egress-"
 #: A socket folder younger than this may belong to a sandbox that is still starting.
 _STALE_AFTER_S = 60.0
@@ -386,7 +371,7 @@ class Sandbox:
         elif isinstance(policy, Policy):
             self.policy = policy
         elif isinstance(policy, Mapping):
-            self.policy = _policy_from_mapping(policy)
+            self.policy = Policy.from_any_mapping(policy)
         else:
             self.policy = Policy.from_file(policy)
         if egress is None or egress is True:
