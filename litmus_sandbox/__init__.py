@@ -26,6 +26,7 @@ from ._gate import Reason as Reason
 from ._gate import compare_case as compare_case
 from ._gate import step_diff as step_diff
 from ._jsonpath import differing_paths as differing_paths
+from ._open_call import OpenCall as OpenCall
 from ._policy import Policy as Policy
 from ._policy import Stub as Stub
 from ._policy import ToolPolicy as ToolPolicy
@@ -115,6 +116,7 @@ __all__ = [
     "LitmusError",
     "MessageStep",
     "NewerVersionError",
+    "OpenCall",
     "Policy",
     "PolicyRecord",
     "Provenance",

@@ -39,6 +39,7 @@ import msgspec
 from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
 from ._errors import ConfigError
+from ._open_call import OpenCall
 from ._policy import Policy, Stub, ToolPolicy
 from ._records import (
     SCHEMA_VERSION,
@@ -59,8 +60,8 @@ from ._store import JsonlWriter, as_paths
 from ._tool_calls import (
     FIDELITY_OF_MODE,
     ToolResult,
-    cap_text,
     capped_text,
+    real_parts,
     run_tool,
     shown_value,
     to_content,
@@ -211,19 +212,7 @@ class EpisodeRecorder:
             step = await sandbox._perform(self, call_id, tool, args, tp, started, runner)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                interrupted = ToolCallStep(
-                    v=SCHEMA_VERSION,
-                    episode_id=self.episode_id,
-                    index=self._index(),
-                    call_id=call_id,
-                    tool=tool,
-                    args=args,
-                    fidelity=FIDELITY_OF_MODE[tp.mode],  # type: ignore[arg-type]
-                    shown=Shown(content=(), is_error=True),
-                    actual=Actual(outcome="interrupted"),
-                    started_at=started,
-                    ended_at=time.time(),
-                )
+                interrupted = self._interrupted(call_id, tool, args, tp.mode, started)
                 if sandbox.probes:
                     interrupted = await self._probes_after(call_id, interrupted)
                 if finalize is not None:
@@ -248,6 +237,43 @@ class EpisodeRecorder:
             content=step.shown.content,
             is_error=step.shown.is_error,
             fidelity=step.fidelity,
+        )
+
+    def begin_call(self, tool: str, args: Mapping[str, Any]) -> OpenCall | None:
+        """Start a real call that the caller runs and finishes itself, or None.
+
+        The hot path of adapters relaying calls to a tool server: no task, event or
+        cancel scope per call; the caller sends the request, then finishes the call with
+        what came back (:class:`OpenCall`), and the step is the one :meth:`call_with`
+        would record for the same outcome. Only a plain real call qualifies: None when
+        the tool's mode is not ``real``, the sandbox has probes to run around the call,
+        or it fsyncs every record (that would block the loop); use :meth:`call_with`.
+        """
+        sandbox = self._sandbox
+        tp = sandbox.policy.for_tool(tool)
+        if tp.mode != "real" or sandbox.probes or sandbox.fsync:
+            return None
+        self._calls += 1
+        limit = tp.timeout if tp.timeout is not None else sandbox.timeout
+        call_id = f"{self.episode_id}:{self._calls}"
+        return OpenCall(self, call_id, tool, dict(args), limit)
+
+    def _interrupted(
+        self, call_id: str, tool: str, args: dict[str, Any], mode: str, started: float
+    ) -> ToolCallStep:
+        """The step of a call cancelled before it ended (nothing was shown)."""
+        return ToolCallStep(
+            v=SCHEMA_VERSION,
+            episode_id=self.episode_id,
+            index=self._index(),
+            call_id=call_id,
+            tool=tool,
+            args=args,
+            fidelity=FIDELITY_OF_MODE[mode],  # type: ignore[arg-type]
+            shown=Shown(content=(), is_error=True),
+            actual=Actual(outcome="interrupted"),
+            started_at=started,
+            ended_at=time.time(),
         )
 
     async def _probes_before(self, call_id: str) -> None:
@@ -799,43 +825,20 @@ class Sandbox:
             raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
         timeout = tp.timeout if tp.timeout is not None else self.timeout
         outcome = await run_tool(fn, args, timeout)
-        if outcome.kind == "returned":
-            meta: dict[str, Any]
-            if isinstance(outcome.value, Shown):
-                content, structured, meta = outcome.value.content, outcome.value.structured, {}
-                if not swallow:
-                    return step("real", outcome.value)
-            else:
-                content, structured, meta = to_content(outcome.value, cap)
-            if not swallow:
-                return step("real", Shown(content=content, structured=structured), meta=meta)
+        shown, actual, meta = real_parts(outcome, cap, timeout)
+        if not swallow:
+            return step("real", shown, actual, meta)
+        if actual is None:  # it returned: what it returned is recorded, not shown
             actual = Actual(
                 outcome="returned",
-                value=structured
-                if structured is not None
-                else (content[0]["text"] if content else None),
+                value=shown.structured
+                if shown.structured is not None
+                else (shown.content[0]["text"] if shown.content else None),
                 repr_only=bool(meta.get("repr_only")),
             )
-            # What happened is capped like what is shown: its size and hash say the whole.
-            if "capped" in meta:
-                pmeta = {**pmeta, "actual_capped": meta["capped"]}
-            return step("swallowed", Shown(content=placeholder), actual, pmeta)
-        message, capped = cap_text(outcome.error_message or "", cap)
-        actual = Actual(
-            outcome=outcome.kind,
-            error_type=outcome.error_type,
-            error_message=message if outcome.error_message is not None else None,
-        )
-        if swallow:
-            extra = {"actual_capped": capped} if capped is not None else {}
-            return step("swallowed", Shown(content=placeholder), actual, {**pmeta, **extra})
-        text = (
-            f"tool timed out after {timeout:g}s"
-            if outcome.kind == "timeout" and timeout is not None
-            else f"{outcome.error_type}: {message}"
-        )
-        shown = Shown(content=({"type": "text", "text": text},), is_error=True)
-        return step("real", shown, actual, {"capped": capped} if capped is not None else {})
+        # What happened is capped like what is shown: its size and hash say the whole.
+        extra = {"actual_capped": meta["capped"]} if "capped" in meta else {}
+        return step("swallowed", Shown(content=placeholder), actual, {**pmeta, **extra})
 
 
 def _describe(probe: Probe, sandbox: Sandbox) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ._records import ToolCallStep
+from ._records import Actual, Shown, ToolCallStep
 
 _json = msgspec.json.Encoder()
 
@@ -103,6 +103,13 @@ async def invoke_tool(fn: Callable[..., Any], args: dict[str, Any]) -> CallOutco
     return CallOutcome(kind="returned", value=value)
 
 
+def timeout_outcome(limit: float) -> CallOutcome:
+    """The outcome of a call that got no result within ``limit`` seconds."""
+    return CallOutcome(
+        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
+    )
+
+
 async def run_tool(
     fn: Callable[..., Any], args: dict[str, Any], limit: float | None
 ) -> CallOutcome:
@@ -111,9 +118,36 @@ async def run_tool(
     with anyio.move_on_after(limit):
         return await invoke_tool(fn, args)
     # Only reached when the timeout cancelled the call.
-    return CallOutcome(
-        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
+    return timeout_outcome(limit)
+
+
+def real_parts(
+    outcome: CallOutcome, cap: int, limit: float | None
+) -> tuple[Shown, Actual | None, dict[str, Any]]:
+    """(shown, actual, meta) of a call that ran for real and is shown as it ended.
+
+    A returned :class:`Shown` is shown as is; any other value is converted to content
+    blocks. An exception or a timeout is shown as an error naming it, and recorded in
+    ``actual`` (its message capped like any result).
+    """
+    if outcome.kind == "returned":
+        if isinstance(outcome.value, Shown):
+            return outcome.value, None, {}
+        content, structured, meta = to_content(outcome.value, cap)
+        return Shown(content=content, structured=structured), None, meta
+    message, capped = cap_text(outcome.error_message or "", cap)
+    actual = Actual(
+        outcome=outcome.kind,
+        error_type=outcome.error_type,
+        error_message=message if outcome.error_message is not None else None,
     )
+    text = (
+        f"tool timed out after {limit:g}s"
+        if outcome.kind == "timeout" and limit is not None
+        else f"{outcome.error_type}: {message}"
+    )
+    shown = Shown(content=({"type": "text", "text": text},), is_error=True)
+    return shown, actual, {"capped": capped} if capped is not None else {}
 
 
 def capped_text(data: bytes, cap: int) -> str:

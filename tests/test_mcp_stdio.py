@@ -37,6 +37,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(params=["watched", "relay"])
+def oracles(request: pytest.FixtureRequest) -> list[str]:
+    """Proxy options: the oracles on (each call runs in a task of its own, between the
+    probes) or off (a plain real call is run inline, with no task: the relay's hot path)."""
+    return [] if request.param == "watched" else ["--no-watch-fs", "--no-egress"]
+
+
 async def test_non_tool_messages_reach_each_side_byte_for_byte(tmp_path: Path) -> None:
     """initialize, a notification, ping, tools/list and junk reach each side unchanged."""
     client = RawClient(await open_proxy(tmp_path))
@@ -61,8 +68,10 @@ async def test_non_tool_messages_reach_each_side_byte_for_byte(tmp_path: Path) -
     assert ep.steps == ()
 
 
-async def test_tool_calls_are_recorded_and_their_outcomes_classified(tmp_path: Path) -> None:
-    client = RawClient(await open_proxy(tmp_path, "--case-id", "c1"))
+async def test_tool_calls_are_recorded_and_their_outcomes_classified(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    client = RawClient(await open_proxy(tmp_path, "--case-id", "c1", *oracles))
     await client.send(INIT)
     await client.recv()
     replies = []
@@ -90,9 +99,11 @@ async def test_tool_calls_are_recorded_and_their_outcomes_classified(tmp_path: P
     assert echo.meta["mcp"]["reply"] == "relay"
 
 
-async def test_server_requests_and_progress_pass_through_a_call(tmp_path: Path) -> None:
+async def test_server_requests_and_progress_pass_through_a_call(
+    tmp_path: Path, oracles: list[str]
+) -> None:
     """Sampling asked mid-call and progress notifications reach the client untouched."""
-    client = RawClient(await open_proxy(tmp_path))
+    client = RawClient(await open_proxy(tmp_path, *oracles))
     await client.send(tool_call(1, "ask"))
     sampling = await client.recv()
     assert json.loads(sampling)["method"] == "sampling/createMessage"
@@ -162,8 +173,10 @@ async def test_policy_answers_stub_deny_and_swallow_without_the_server(tmp_path:
     assert steps[3].meta["mcp"]["outcome"] == "protocol_error"
 
 
-async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(tmp_path: Path) -> None:
-    process = await open_proxy(tmp_path)
+async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    process = await open_proxy(tmp_path, *oracles)
     client = RawClient(process)
     await client.send(INIT)
     await client.recv()
@@ -187,8 +200,10 @@ async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(tmp_pa
     assert step.meta["mcp"]["outcome"] == "upstream_failed"
 
 
-async def test_a_hung_call_times_out_and_the_session_goes_on(tmp_path: Path) -> None:
-    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5"))
+async def test_a_hung_call_times_out_and_the_session_goes_on(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
     await client.send(INIT)
     await client.recv()
     with anyio.fail_after(5):
@@ -213,8 +228,10 @@ async def test_a_hung_call_times_out_and_the_session_goes_on(tmp_path: Path) -> 
     assert "no answer within its timeout" in (ep.end.reason or "")
 
 
-async def test_a_call_the_client_cancels_is_recorded_as_interrupted(tmp_path: Path) -> None:
-    client = RawClient(await open_proxy(tmp_path))
+async def test_a_call_the_client_cancels_is_recorded_as_interrupted(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    client = RawClient(await open_proxy(tmp_path, *oracles))
     await client.send(tool_call(1, "hang"))
     cancel = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}\n'
     await client.send(cancel)
@@ -226,6 +243,41 @@ async def test_a_call_the_client_cancels_is_recorded_as_interrupted(tmp_path: Pa
     assert hung.actual is not None
     assert hung.actual.outcome == "interrupted"
     assert hung.meta["mcp"]["reply"] == "none"
+
+
+async def test_each_call_times_out_on_its_own_deadline(tmp_path: Path, oracles: list[str]) -> None:
+    """A call with a short per-tool timeout is not held up by one with a long one."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\nhang = { mode = "real", timeout = 0.3 }\n')
+    options = ["--policy", str(policy), "--timeout", "30", *oracles]
+    client = RawClient(await open_proxy(tmp_path, *options))
+    await client.send(tool_call(1, "stall"))  # never answered, within the long timeout
+    await client.send(tool_call(2, "hang"))
+    with anyio.fail_after(5):
+        error = await client.recv_json()
+    assert error["id"] == 2
+    assert error["error"]["code"] == -32001
+    await client.send(tool_call(3, "hang"))  # after a timeout, the next deadline still holds
+    with anyio.fail_after(5):
+        assert (await client.recv_json())["id"] == 3
+    assert await client.finish() == 0
+    steps = {s.meta["mcp"]["request_id"]: s for s in calls(one_episode(tmp_path / "eps.jsonl"))}
+    assert [steps[i].meta["mcp"]["outcome"] for i in (2, 3)] == ["timeout", "timeout"]
+    assert steps[1].meta["mcp"]["outcome"] == "upstream_failed"  # the server left first
+
+
+async def test_a_request_id_already_in_flight_is_refused(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    client = RawClient(await open_proxy(tmp_path, *oracles))
+    await client.send(tool_call(1, "hang"))
+    await client.send(tool_call(1, "echo", {"text": "again"}))
+    error = await client.recv_json()
+    assert error["id"] == 1
+    assert error["error"]["code"] == -32600
+    assert "already in flight" in error["error"]["message"]
+    assert await client.finish() == 0
+    assert server_log(tmp_path, "in").count(b'"tools/call"') == 1
 
 
 @pytest.mark.parametrize(
@@ -298,7 +350,12 @@ async def test_in_process_proxy_over_pipes(tmp_path: Path, anyio_backend: str) -
     codes: list[int] = []
 
     async def serve() -> None:
-        codes.append(await proxy.run(FdReceiveStream(c2p_r), FdSendStream(p2c_w)))
+        client_in, client_out = FdReceiveStream(c2p_r), FdSendStream(p2c_w)
+        try:
+            codes.append(await proxy.run(client_in, client_out))
+        finally:
+            await client_in.aclose()  # before the descriptor is closed (the loop forgets it)
+            await client_out.aclose()
 
     async def exchange() -> Any:
         await to_proxy.send(tool_call(1, "echo", {"text": "pipes"}))
@@ -314,6 +371,7 @@ async def test_in_process_proxy_over_pipes(tmp_path: Path, anyio_backend: str) -
                 tg.start_soon(serve)
                 reply = await exchange()
     finally:
+        await from_proxy.aclose()
         for fd in (c2p_r, p2c_r, p2c_w):
             os.close(fd)
     assert codes == [0]

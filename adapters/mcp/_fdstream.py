@@ -1,15 +1,18 @@
 """The proxy's own stdin and stdout as anyio byte streams, and a line splitter.
 
 Pipes and sockets are read and written non-blocking through the event loop
-(``anyio.wait_readable`` / ``wait_writable``), which costs no thread hop per message:
-the relay's added latency is what the benchmark measures. A regular file or anything the
+(``anyio.wait_readable`` / ``wait_writable``), which costs no thread hop per message, and
+a write that the pipe takes at once does not yield to the loop: the relay's added latency
+is what the benchmark measures. The stdio proxy uses them for the server's pipes too. A regular file or anything the
 loop cannot poll (stdin redirected from a file) falls back to a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -25,8 +28,9 @@ def _pollable(fd: int) -> bool:
 
 
 class _Fd:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, owned: bool = False) -> None:
         self._fd = fd
+        self._owned = owned
         self._poll = _pollable(fd)
         self._was_blocking = os.get_blocking(fd)
         if self._poll:
@@ -37,16 +41,102 @@ class _Fd:
         if not self._closed:
             self._closed = True
             if self._poll:
+                anyio.notify_closing(self._fd)  # a task waiting on it gets ClosedResourceError
+            if self._owned:
+                os.close(self._fd)
+            elif self._poll:
                 # Give the descriptor back as it was: a shell may share it.
                 os.set_blocking(self._fd, self._was_blocking)
 
 
+class _LoopReader:
+    """Reads a descriptor from an asyncio loop's own callback, registered once.
+
+    ``anyio.wait_readable`` registers the descriptor for every wait and unregisters it
+    after: two system calls and a trip through the loop per message. This reader stays
+    registered while the stream lives; the loop's callback reads what arrived and wakes
+    the waiting receiver. At most ``_HIGH`` bytes wait unread: beyond that it stops
+    reading (the pipe fills and the writer waits) until the receiver catches up.
+    """
+
+    _HIGH = 1 << 20
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self.loop = loop
+        self._fd = fd
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._eof = False
+        self._error: OSError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._reading = True
+        loop.add_reader(fd, self._ready)  # NotImplementedError: the loop cannot (Windows)
+
+    def _ready(self) -> None:
+        try:
+            data = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._error, data = exc, b""
+        if data:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            if self._buffered >= self._HIGH:
+                self._pause()
+        else:
+            self._eof = True
+            self._pause()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _pause(self) -> None:
+        if self._reading:
+            self._reading = False
+            self.loop.remove_reader(self._fd)
+
+    async def receive(self, max_bytes: int) -> bytes:
+        while not self._chunks:
+            if self._error is not None:
+                raise anyio.BrokenResourceError from self._error
+            if self._eof:
+                raise anyio.EndOfStream
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        data = self._chunks.popleft()
+        if len(data) > max_bytes:
+            data, rest = data[:max_bytes], data[max_bytes:]
+            self._chunks.appendleft(rest)
+        self._buffered -= len(data)
+        if not self._reading and not self._eof and self._buffered < self._HIGH // 2:
+            self._reading = True
+            self.loop.add_reader(self._fd, self._ready)
+        return data
+
+    def close(self) -> None:
+        self._pause()  # before the descriptor is closed: the loop must forget it first
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(anyio.ClosedResourceError())
+
+
 class FdReceiveStream(_Fd, ByteReceiveStream):
-    """Bytes from a file descriptor (not closed on ``aclose``, only restored)."""
+    """Bytes from a file descriptor (closed on ``aclose`` if ``owned``, else only restored).
+
+    On asyncio a pipe or socket is read by a :class:`_LoopReader`; elsewhere through
+    ``anyio.wait_readable``; anything the loop cannot poll, in a worker thread.
+    """
+
+    _reader: _LoopReader | None = None
+    _no_loop_reader = False
 
     async def receive(self, max_bytes: int = _CHUNK) -> bytes:
         if self._closed:
             raise anyio.ClosedResourceError
+        if self._poll and (reader := self._loop_reader()) is not None:
+            return await reader.receive(max_bytes)
         while True:
             try:
                 if self._poll:
@@ -62,9 +152,32 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
+    def _loop_reader(self) -> _LoopReader | None:
+        reader = self._reader
+        if reader is not None and not reader.loop.is_closed():
+            return reader
+        if self._no_loop_reader:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None  # not asyncio (trio): wait_readable
+        try:
+            self._reader = _LoopReader(loop, self._fd)
+        except NotImplementedError:
+            self._no_loop_reader = True
+            return None
+        return self._reader
+
+    async def aclose(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        await super().aclose()
+
 
 class FdSendStream(_Fd, ByteSendStream):
-    """Bytes to a file descriptor (not closed on ``aclose``, only restored)."""
+    """Bytes to a file descriptor (closed on ``aclose`` if ``owned``, else only restored)."""
 
     async def send(self, item: bytes) -> None:
         if self._closed:

@@ -8,7 +8,13 @@ pump does the same the other way. Everything passes through untouched (both hand
 eras, notifications, progress, ping, resources, prompts, server-to-client requests and
 their answers) except ``tools/call``:
 
-* the client pump hands each well-formed ``tools/call`` to a call task that records it
+* a plain real call (the tool's mode is ``real``, and no probe runs around calls:
+  ``EpisodeRecorder.begin_call``) is forwarded by the client pump itself, and finished
+  by whichever comes first: the server pump when the answer comes (it records the step,
+  then relays the server's bytes), a single deadline watcher for all calls, the client's
+  ``notifications/cancelled``, or the wind-down when the server dies. No task, event or
+  cancel scope per call: this is the relay's hot path;
+* the client pump hands any other well-formed ``tools/call`` to a call task that records it
   through ``EpisodeRecorder.call_with`` and waits until the call is *dispatched* (sent
   upstream, or answered by the policy without the server) before reading the next line,
   so the server sees the client's messages in the client's order, and the probes have
@@ -30,22 +36,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from litmus_sandbox import ConfigError, Policy, Sandbox
+from litmus_sandbox import ConfigError, OpenCall, Policy, Sandbox, ToolCallStep
+from litmus_sandbox._open_call import Finalize
 from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy
 
 from ._episodes import EpisodeSlot
-from ._fdstream import iter_lines, on_stdio
+from ._fdstream import FdReceiveStream, FdSendStream, iter_lines, on_stdio
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
@@ -89,6 +97,43 @@ class _Waiter:
         if self.failure is not None:
             raise UpstreamGone(self.failure)
         return self.raw, self.body
+
+
+class _InlineCall:
+    """A plain real call run inline by the session (see ``_Session._start_inline``)."""
+
+    def __init__(
+        self,
+        session: _Session,
+        key: tuple[str, Any],
+        state: CallState,
+        call: OpenCall,
+        token: Any,
+    ) -> None:
+        self.session = session
+        self.key = key
+        self.state = state
+        self.call = call
+        self.token = token
+        self.deadline: float | None = None
+
+    def _finalize(self, step: ToolCallStep) -> ToolCallStep:
+        return self.state.finalize(step, cap=self.session.max_result_bytes)
+
+    async def end(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
+        """Record the step with ``finish`` (an ``OpenCall`` method), then reply."""
+        finish(self._finalize)
+        if self.token is not None:
+            self.session.forget_progress(self.token)
+        await self.session.reply(self.call.tool, self.state)
+
+    async def answered(self, raw: bytes, body: dict[str, Any]) -> None:
+        try:
+            shown = self.state.answered(raw, body)
+        except Exception as exc:  # a JSON-RPC error: recorded as the runner's would be
+            await self.end(functools.partial(self.call.failed, exc))
+        else:
+            await self.end(functools.partial(self.call.done, shown))
 
 
 class StdioProxy:
@@ -167,20 +212,38 @@ class StdioProxy:
         if executable is None:
             raise ConfigError(f"cannot start the MCP server: {self.command[0]!r} not found")
         async with Sandbox(**self._sandbox_kw) as sandbox:
+            # The server's stdin and stdout are pipes of our own, spoken to like the
+            # client's (``_fdstream``): a write the pipe takes at once costs no trip
+            # through the loop, which is most of what a relay adds to a call.
+            stdin_r, stdin_w = os.pipe()
+            stdout_r, stdout_w = os.pipe()
+            upstream_in = FdSendStream(stdin_w, owned=True)
+            upstream_out = FdReceiveStream(stdout_r, owned=True)
             try:
-                process = await anyio.open_process(
-                    [executable, *self.command[1:]],
-                    cwd=self.root,
-                    env={**os.environ, **sandbox.egress_env(), **self.env},
-                    stderr=None,  # the server's log goes where the proxy's goes
-                )
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot start the MCP server {self.command[0]!r}: {exc.strerror or exc}"
-                ) from None
-            async with process:
-                session = _Session(self, sandbox, process, client_in, client_out)
-                return await session.run()
+                try:
+                    process = await anyio.open_process(
+                        [executable, *self.command[1:]],
+                        stdin=stdin_r,
+                        stdout=stdout_w,
+                        stderr=None,  # the server's log goes where the proxy's goes
+                        cwd=self.root,
+                        env={**os.environ, **sandbox.egress_env(), **self.env},
+                    )
+                except OSError as exc:
+                    raise ConfigError(
+                        f"cannot start the MCP server {self.command[0]!r}: {exc.strerror or exc}"
+                    ) from None
+                finally:
+                    os.close(stdin_r)  # the server's ends: only the server holds them now
+                    os.close(stdout_w)
+                async with process:
+                    session = _Session(
+                        self, sandbox, process, (upstream_in, upstream_out), client_in, client_out
+                    )
+                    return await session.run()
+            finally:
+                await upstream_in.aclose()
+                await upstream_out.aclose()
 
     async def serve_stdio(self) -> int:
         """Relay between this process's stdin/stdout and the server (the CLI's mode)."""
@@ -193,16 +256,14 @@ class _Session:
         proxy: StdioProxy,
         sandbox: Sandbox,
         process: Process,
+        upstream: tuple[ByteSendStream, ByteReceiveStream],
         client_in: ByteReceiveStream,
         client_out: ByteSendStream,
     ) -> None:
-        assert process.stdin is not None
-        assert process.stdout is not None
         self._proxy = proxy
         self._sandbox = sandbox
         self._process = process
-        self._upstream_in = process.stdin
-        self._upstream_out = process.stdout
+        self._upstream_in, self._upstream_out = upstream
         self._client_in = client_in
         self._client_out = client_out
         # fast_acquire: an uncontended lock must not yield to the loop (latency per call).
@@ -212,6 +273,9 @@ class _Session:
         #: Forwarded requests other than tools/call that await an answer (key -> id).
         self._requests: dict[tuple[str, Any], Any] = {}
         self._calls: dict[tuple[str, Any], tuple[CallState, anyio.CancelScope]] = {}
+        #: Plain real calls in flight, run inline (no task of their own): see _start_inline.
+        self._inline: dict[tuple[str, Any], _InlineCall] = {}
+        self._deadlines = anyio.CancelScope()  # replaced by the deadline watcher's
         self._progress: dict[tuple[str, Any], CallState] = {}
         self._unforwarded: set[tuple[str, Any]] = set()
         self._abandoned: set[tuple[str, Any]] = set()
@@ -244,6 +308,7 @@ class _Session:
                     tg.start_soon(self._pump_server)
                     tg.start_soon(self._pump_client)
                     tg.start_soon(self._watch_process)
+                    tg.start_soon(self._watch_deadlines)
                     await self._server_gone.wait()
                     await self._wind_down()
                     tg.cancel_scope.cancel()
@@ -316,6 +381,9 @@ class _Session:
                     return  # the server never saw that call: it must not hear of it
                 if (entry := self._calls.get(key)) is not None:
                     entry[1].cancel()  # recorded as interrupted; the client expects no reply
+                elif (inline := self._inline.pop(key, None)) is not None:
+                    self._abandoned.add(key)  # a late answer must not reach the client
+                    await inline.end(inline.call.interrupted)
         if self._server_gone.is_set():
             return
         with contextlib.suppress(UpstreamGone):  # the server pump notices and winds down
@@ -327,7 +395,7 @@ class _Session:
 
     async def _start_call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
         key = id_key(msg.id)
-        if key in self._calls:
+        if key in self._calls or key in self._inline:
             text = "litmus-sandbox: a request with this id is already in flight"
             await self._to_client(error_message(msg.id, -32600, text) + b"\n")
             return
@@ -336,6 +404,11 @@ class _Session:
         token = progress_token_of(msg)
         if token is not None:
             self._progress[id_key(token)] = state
+        if not self._server_gone.is_set():
+            ep = await self._slot.recorder()
+            if (call := ep.begin_call(tool, args)) is not None:
+                await self._start_inline(key, state, call, token)
+                return
         scope = anyio.CancelScope()
         self._calls[key] = (state, scope)
         if self._idle.is_set():
@@ -343,6 +416,48 @@ class _Session:
         self._tg.start_soon(self._run_call, key, state, scope, tool, args, token)
         # Read on only once the call is dispatched: the server sees the client's order.
         await state.dispatched.wait()
+
+    async def _start_inline(
+        self, key: tuple[str, Any], state: CallState, call: OpenCall, token: Any
+    ) -> None:
+        """Forward a plain real call with no task of its own (the relay's hot path).
+
+        The server pump finishes it when the answer comes (``_pump_server``), the deadline
+        watcher when it takes too long, the client pump when the client cancels it, the
+        wind-down when the server dies: whichever comes first records the step and
+        replies, exactly as ``_run_call`` does for the same outcome.
+        """
+        inline = _InlineCall(self, key, state, call, token)
+        try:
+            await self._to_upstream(state.request)
+        except UpstreamGone as exc:
+            self._unforwarded.add(key)
+            state.failure = str(exc)
+            await inline.end(functools.partial(call.failed, exc))
+            return
+        state.forwarded = True
+        self._inline[key] = inline
+        if call.limit is not None:
+            inline.deadline = anyio.current_time() + call.limit
+            if inline.deadline < self._deadlines.deadline:
+                self._deadlines.deadline = inline.deadline
+
+    async def _watch_deadlines(self) -> None:
+        """Time out inline calls: one timer for all, set to the earliest deadline."""
+        while True:
+            with anyio.CancelScope() as self._deadlines:
+                pending = [c.deadline for c in self._inline.values() if c.deadline is not None]
+                self._deadlines.deadline = min(pending, default=math.inf)
+                await anyio.sleep_forever()
+            now = anyio.current_time()
+            late = [
+                c for c in self._inline.values() if c.deadline is not None and c.deadline <= now
+            ]
+            for inline in late:
+                if self._inline.pop(inline.key, None) is None:
+                    continue  # answered or cancelled while an earlier one was replied to
+                self._abandoned.add(inline.key)  # a late answer must not reach the client
+                await inline.end(inline.call.timed_out)
 
     async def _run_call(
         self,
@@ -370,15 +485,26 @@ class _Session:
                     self._progress.pop(id_key(token), None)
                 if not state.forwarded:
                     self._unforwarded.add(key)
-            if state.timed_out:
-                await self._gave_up(tool, state)
-            if state.reply_kind == "relay" and state.envelope_raw is not None:
-                await self._to_client(state.envelope_raw)
-            elif state.reply_kind in ("result", "error"):
-                await self._to_client(state.reply + b"\n")
+            await self.reply(tool, state)
         finally:
             if not self._calls:
                 self._idle.set()  # the session may wind down: every answer has been sent
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self._sandbox.max_result_bytes
+
+    def forget_progress(self, token: Any) -> None:
+        self._progress.pop(id_key(token), None)
+
+    async def reply(self, tool: str, state: CallState) -> None:
+        """Send the client the reply the recorded step decided (see ``CallState``)."""
+        if state.timed_out:
+            await self._gave_up(tool, state)
+        if state.reply_kind == "relay" and state.envelope_raw is not None:
+            await self._to_client(state.envelope_raw)
+        elif state.reply_kind in ("result", "error"):
+            await self._to_client(state.reply + b"\n")
 
     async def _gave_up(self, tool: str, state: CallState) -> None:
         reason = f"tools/call {tool!r} got no answer within its timeout (server hung?)"
@@ -420,6 +546,10 @@ class _Session:
             msg = parse(line)
             if msg.kind == "response":
                 key = id_key(msg.id)
+                if (inline := self._inline.pop(key, None)) is not None:
+                    assert msg.body is not None
+                    await inline.answered(line, msg.body)
+                    continue
                 if (waiter := self._waiters.pop(key, None)) is not None:
                     assert msg.body is not None
                     waiter.set(line, msg.body)
@@ -474,7 +604,7 @@ class _Session:
         code = await self._reap()
         self._gone_reason = f"the MCP server exited with status {code}"
         crashed = not self._client_gone
-        pending = len(self._requests) + len(self._waiters)
+        pending = len(self._requests) + len(self._waiters) + len(self._inline)
         if crashed:
             detail = f"{self._gone_reason} while the client was connected"
             if pending:
@@ -484,6 +614,11 @@ class _Session:
         for waiter in self._waiters.values():
             waiter.fail(self._gone_reason)
         self._waiters.clear()
+        inline_calls, self._inline = list(self._inline.values()), {}
+        for inline in inline_calls:
+            inline.state.failure = self._gone_reason
+            gone = UpstreamGone(self._gone_reason)
+            await inline.end(functools.partial(inline.call.failed, gone))
         for request_id in self._requests.values():
             await self._refuse(request_id)
         self._requests.clear()

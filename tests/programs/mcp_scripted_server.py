@@ -13,8 +13,8 @@ would change. Tools:
   (when the call has a progress token), then a result;
 * ``fetch`` - GETs ``url`` with urllib (which honours the proxy variables) and returns
   the body;
-* ``crash`` - exits with status 3 without answering; ``hang`` - never answers (and logs
-  the ``notifications/cancelled`` it then receives).
+* ``crash`` - exits with status 3 without answering; ``hang`` and ``stall`` - never
+  answer (and log the ``notifications/cancelled`` they then receive).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ LOG = sys.argv[1]
 _in = open(LOG + ".in", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 _out = open(LOG + ".out", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 
-TOOLS = ["echo", "empty", "fail", "proto", "ask", "progress", "fetch", "crash", "hang"]
+TOOLS = ["echo", "empty", "fail", "proto", "ask", "progress", "fetch", "crash", "hang", "stall"]
 
 
 def send(line: bytes) -> None:
@@ -96,7 +96,7 @@ def call(rid: Any, params: dict[str, Any], lines: Any) -> None:
         result(rid, text("done"))
     elif name == "crash":
         os._exit(3)
-    elif name == "hang":
+    elif name in ("hang", "stall"):
         pass
     else:
         result(rid, {**text(f"unknown tool {name}"), "isError": True})

@@ -1,0 +1,133 @@
+"""The proxy's file-descriptor streams: every byte in order, EOF, back-pressure, close."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from litmus_sandbox.adapters.mcp._fdstream import FdReceiveStream, FdSendStream, iter_lines
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        with contextlib.suppress(OSError):  # an owned stream closed it
+            os.close(fd)
+
+
+async def test_bytes_arrive_in_order_past_the_unread_limit(pipe: tuple[int, int]) -> None:
+    """A reader that falls behind stops reading (the writer waits), then catches up."""
+    r, w = pipe
+    data = os.urandom(3 << 20)  # three times the reader's limit of unread bytes
+    source, sink = FdReceiveStream(r), FdSendStream(w)
+    got = bytearray()
+    written = anyio.Event()
+
+    async def write_all() -> None:
+        await sink.send(data)
+        written.set()
+        os.close(w)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_all)
+            got += await source.receive(100_000)  # reading has begun
+            await anyio.sleep(0.2)  # let the pipe and the reader's buffer fill
+            assert not written.is_set()  # nothing reads ahead without bound: the writer waits
+            while True:
+                try:
+                    got += await source.receive(100_000)
+                except anyio.EndOfStream:
+                    break
+    await source.aclose()
+    assert bytes(got) == data
+
+
+async def test_closing_wakes_a_waiting_receiver_and_forgets_the_descriptor(
+    pipe: tuple[int, int],
+) -> None:
+    r, _w = pipe
+    source = FdReceiveStream(r)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+
+            async def close_soon() -> None:
+                await anyio.sleep(0.05)
+                await source.aclose()
+
+            tg.start_soon(close_soon)
+            with pytest.raises(anyio.ClosedResourceError):
+                await source.receive()
+    with pytest.raises(anyio.ClosedResourceError):
+        await source.receive()
+    # The descriptor can be closed and its number reused by a new stream on this loop.
+    os.close(r)
+    r2, w2 = os.pipe()
+    try:
+        again = FdReceiveStream(r2)
+        os.write(w2, b"fresh")
+        with anyio.fail_after(5):
+            assert await again.receive() == b"fresh"
+        await again.aclose()
+    finally:
+        os.close(r2)
+        os.close(w2)
+
+
+async def test_an_owned_stream_closes_its_descriptor(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    sink = FdSendStream(w, owned=True)
+    await sink.send(b"last\n")
+    await sink.aclose()
+    source = FdReceiveStream(r, owned=True)
+    lines = [line async for line in iter_lines(source)]  # EOF: the writer end is closed
+    assert lines == [b"last\n"]
+    await source.aclose()
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(r)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    chunks=st.lists(st.binary(max_size=300).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    cuts=st.lists(st.integers(min_value=1, max_value=97), min_size=1, max_size=5),
+)
+def test_lines_come_back_exactly_however_the_bytes_are_cut(
+    chunks: list[bytes], cuts: list[int]
+) -> None:
+    data = b"\n".join(chunks)  # the last line may lack its newline
+    *whole, last = chunks or [b""]
+    expected = [line + b"\n" for line in whole] + ([last] if last else [])
+
+    async def run() -> list[bytes]:
+        r, w = os.pipe()
+        source = FdReceiveStream(r, owned=True)
+        sink = FdSendStream(w, owned=True)
+
+        async def write_in_pieces() -> None:
+            i, k = 0, 0
+            while i < len(data):
+                n = cuts[k % len(cuts)]
+                await sink.send(data[i : i + n])
+                await anyio.lowlevel.checkpoint()
+                i, k = i + n, k + 1
+            await sink.aclose()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_in_pieces)
+            got = [line async for line in iter_lines(source)]
+        await source.aclose()
+        return got
+
+    for backend in ("asyncio", "trio"):
+        assert anyio.run(run, backend=backend) == expected
