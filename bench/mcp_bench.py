@@ -4,12 +4,14 @@
 
 One official ``mcp`` client session talks to the real server directly, another to the
 same server behind ``litmus-sandbox proxy mcp`` (recording every call to a file, no
-oracles: ``--no-watch-fs --no-egress``), and a third behind the proxy with the filesystem
-oracle watching the server's folder (``--root``, as a user runs it). Calls rotate between
-the three (interleaved, so machine noise hits all alike) after a warm-up. Reports the
-median call time of each, the median time added, and the ratio proxied/direct, for the
-relay alone (the goal's figure: ratio at most 1.10) and with the oracle. Written to
-bench/results/mcp.json.
+oracles: ``--no-watch-fs --no-egress``; a plain real call is run inline, with no task of
+its own), a third behind the proxy with the filesystem oracle watching the server's
+folder (``--root``, as a user runs it: each call runs between the probes), and a fourth
+behind ``bench/byte_relay.py``, which copies bytes and parses nothing: the floor, what
+the two extra process hops alone cost. Calls rotate between them (interleaved, so machine
+noise hits all alike) after a warm-up. Reports the median call time of each, the median
+time added, and the ratio to direct, for the relay alone (the goal's figure: ratio at
+most 1.10), with the oracle, and for the floor. Written to bench/results/mcp.json.
 
 Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesystem,
 ``read_text_file`` of a small file, a sub-millisecond call; needs ``npm ci --prefix
@@ -69,30 +71,39 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
     relay = [*proxy, "--episodes", str(episodes), "--root", str(work)]
     relay += ["--no-watch-fs", "--no-egress", "--", *server]
     oracle = [*proxy, "--episodes", str(watched), "--root", str(work), "--", *server]
+    floor = [sys.executable, str(ROOT / "bench" / "byte_relay.py"), *server]
     direct_params = StdioServerParameters(command=server[0], args=server[1:], cwd=work)
     relay_params = StdioServerParameters(command=relay[0], args=relay[1:])
     oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
+    floor_params = StdioServerParameters(command=floor[0], args=floor[1:], cwd=work)
     direct_s: list[float] = []
     proxied_s: list[float] = []
     oracle_s: list[float] = []
+    floor_s: list[float] = []
     async with (
         Client(direct_params, cache=None) as direct,
         Client(relay_params, cache=None) as proxied,
         Client(oracle_params, cache=None) as watching,
+        Client(floor_params, cache=None) as copying,
     ):
-        clients = [(direct, direct_s), (proxied, proxied_s), (watching, oracle_s)]
+        clients = [
+            (direct, direct_s),
+            (proxied, proxied_s),
+            (watching, oracle_s),
+            (copying, floor_s),
+        ]
         for _ in range(max(20, calls // 10)):  # warm up every path
             for client, _out in clients:
                 await client.call_tool(tool, args)
         for i in range(calls):
             # Rotate which goes first, so none always follows another.
-            for client, out in clients[i % 3 :] + clients[: i % 3]:
+            for client, out in clients[i % len(clients) :] + clients[: i % len(clients)]:
                 t0 = time.perf_counter()
                 result = await client.call_tool(tool, args)
                 out.append(time.perf_counter() - t0)
                 assert not result.is_error
     d, p = statistics.median(direct_s), statistics.median(proxied_s)
-    o = statistics.median(oracle_s)
+    o, f = statistics.median(oracle_s), statistics.median(floor_s)
     return {
         "server": kind,
         "tool": tool,
@@ -105,6 +116,8 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
         "with_fs_oracle_median_ms": o * 1e3,
         "with_fs_oracle_added_median_ms": (o - d) * 1e3,
         "with_fs_oracle_ratio": o / d,
+        "byte_relay_added_median_ms": (f - d) * 1e3,
+        "byte_relay_ratio": f / d,
         "recorded_steps_bytes": episodes.stat().st_size,
     }
 
