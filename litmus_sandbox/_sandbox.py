@@ -245,18 +245,31 @@ class EpisodeRecorder:
         The hot path of adapters relaying calls to a tool server: no task, event or
         cancel scope per call; the caller sends the request, then finishes the call with
         what came back (:class:`OpenCall`), and the step is the one :meth:`call_with`
-        would record for the same outcome. Only a plain real call qualifies: None when
-        the tool's mode is not ``real``, the sandbox has probes to run around the call,
-        or it fsyncs every record (that would block the loop); use :meth:`call_with`.
+        would record for the same outcome, effects included. Only a plain real call
+        qualifies: None when the tool's mode is not ``real``, a probe must be awaited
+        around the call (one without ``open_window``/``close_window``, such as the
+        filesystem probe), or the sandbox fsyncs every record (that would block the
+        loop); use :meth:`call_with` then.
         """
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
-        if tp.mode != "real" or sandbox.probes or sandbox.fsync:
+        if tp.mode != "real" or sandbox.fsync or not all(map(_windowed, sandbox.probes)):
             return None
         self._calls += 1
         limit = tp.timeout if tp.timeout is not None else sandbox.timeout
         call_id = f"{self.episode_id}:{self._calls}"
+        if sandbox.probes:
+            self._entering(call_id)
+            for probe in sandbox.probes:
+                probe.open_window(call_id)  # type: ignore[attr-defined]
         return OpenCall(self, call_id, tool, dict(args), limit)
+
+    def _close_windows(self, call_id: str, step: ToolCallStep) -> ToolCallStep:
+        """The step with the effects the (windowed) probes saw during an open call."""
+        if not self._sandbox.probes:
+            return step
+        observed = [(p, p.close_window(call_id)) for p in self._sandbox.probes]  # type: ignore[attr-defined]
+        return self._attributed(call_id, step, observed)
 
     def _interrupted(
         self, call_id: str, tool: str, args: dict[str, Any], mode: str, started: float
@@ -276,19 +289,28 @@ class EpisodeRecorder:
             ended_at=time.time(),
         )
 
-    async def _probes_before(self, call_id: str) -> None:
+    def _entering(self, call_id: str) -> None:
         if self._in_flight:
             # Calls that overlap cannot be told apart by probes that only see the world.
             self._overlapped.update(self._in_flight)
             self._overlapped.add(call_id)
         self._in_flight.add(call_id)
+
+    async def _probes_before(self, call_id: str) -> None:
+        self._entering(call_id)
         for probe in self._sandbox.probes:
             await probe.before_call(call_id)
 
     async def _probes_after(self, call_id: str, step: ToolCallStep) -> ToolCallStep:
+        observed = [(p, await p.after_call(call_id)) for p in self._sandbox.probes]
+        return self._attributed(call_id, step, observed)
+
+    def _attributed(
+        self, call_id: str, step: ToolCallStep, observed: list[tuple[Probe, Effects]]
+    ) -> ToolCallStep:
+        """The step with the effects its probes saw, and the findings they make."""
         attributed: list[Effects] = []
-        for probe in self._sandbox.probes:
-            effects = await probe.after_call(call_id)
+        for probe, effects in observed:
             exact = getattr(probe, "exact_attribution", False)
             if exact or call_id not in self._overlapped:
                 attributed.append(effects)
@@ -839,6 +861,13 @@ class Sandbox:
         # What happened is capped like what is shown: its size and hash say the whole.
         extra = {"actual_capped": meta["capped"]} if "capped" in meta else {}
         return step("swallowed", Shown(content=placeholder), actual, {**pmeta, **extra})
+
+
+def _windowed(probe: Probe) -> bool:
+    """Whether the probe observes a call by its time window alone (no awaiting)."""
+    return callable(getattr(probe, "open_window", None)) and callable(
+        getattr(probe, "close_window", None)
+    )
 
 
 def _describe(probe: Probe, sandbox: Sandbox) -> Any:

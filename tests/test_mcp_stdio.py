@@ -405,13 +405,20 @@ async def test_replay_serves_recorded_results_without_the_server_seeing_them(
     assert one_episode(tmp_path / "eps.jsonl").header.tool_modes["default"] == "replay"
 
 
-async def test_server_egress_goes_through_the_recording_proxy(tmp_path: Path) -> None:
-    """With an [egress] table, the server's requests land on the step of the call in flight."""
+@pytest.mark.parametrize("watch_fs", [True, False])
+async def test_server_egress_goes_through_the_recording_proxy(
+    tmp_path: Path, watch_fs: bool
+) -> None:
+    """With an [egress] table, the server's requests land on the step of the call in flight
+    (whether the call runs in a task, between the probes, or inline with egress alone)."""
     policy = tmp_path / "policy.toml"
     policy.write_text('[egress]\ndefault = "deny"\n"127.0.0.1" = "allow"\n')
+    options = ["--case-id", "c", "--policy", str(policy)]
+    if not watch_fs:
+        options.append("--no-watch-fs")
     with LoopbackHttp(b"hello via proxy") as base:
         url = f"{base}/x"
-        client = RawClient(await open_proxy(tmp_path, "--case-id", "c", "--policy", str(policy)))
+        client = RawClient(await open_proxy(tmp_path, *options))
         await client.send(INIT)
         await client.recv()
         await client.send(tool_call(1, "fetch", {"url": url}))

@@ -9,10 +9,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from factories import LoopbackHttp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from litmus_sandbox import OpenCall, Policy, Sandbox, Shown, ToolCallStep, read_episodes
+from litmus_sandbox.oracles.egress import EgressPolicy
 from litmus_sandbox.oracles.fs import FsProbe
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +135,30 @@ async def test_finalize_annotates_the_step_before_it_is_written(tmp_path: Path) 
         assert call.done("hello", note).meta == {"seen": "hello"}
     (step,) = steps(tmp_path / "eps.jsonl")
     assert step.meta == {"seen": "hello"}
+
+
+async def test_windowed_probes_observe_an_open_call(tmp_path: Path) -> None:
+    """The egress probe observes by time window: an open call gets the flows that started
+    while it alone was in flight, with the findings they make."""
+    policy = EgressPolicy(rules={"127.0.0.1": "allow"}, default="deny")
+    with LoopbackHttp(b"hi") as base:
+        async with bare(tmp_path, egress=policy) as sb, sb.episode("c") as ep:
+            quiet = ep.begin_call("quiet", {})
+            assert quiet is not None
+            quiet.done("nothing")
+            busy = ep.begin_call("busy", {})
+            assert busy is not None
+            async with sb.http_client() as http:
+                assert (await http.get(f"{base}/x")).status_code == 200
+                assert (await http.get("http://denied.invalid/")).status_code == 403
+            busy.done("fetched")
+    first, second = steps(tmp_path / "eps.jsonl")
+    assert first.effects.egress == ()
+    assert [(e.host, e.decision) for e in second.effects.egress] == [
+        ("127.0.0.1", "allow"),
+        ("denied.invalid", "deny"),
+    ]
+    assert "escape" in [f.code for f in second.findings]
 
 
 async def test_only_a_plain_real_call_qualifies(tmp_path: Path) -> None:

@@ -6,6 +6,13 @@ the call (or, when calls overlapped, records them as unattributed). Effects a pr
 at the end of the episode that no call explains come back from :meth:`Probe.finish`.
 
 Adding a probe never touches the recorder: implement these five coroutines.
+
+A probe that observes a call by its time window alone, with nothing to await (the egress
+probe: flows are attributed by when they started), may also offer two plain methods,
+``open_window(call_id)`` and ``close_window(call_id) -> Effects``, doing what
+``before_call`` and ``after_call`` do. Calls that adapters run inline
+(``EpisodeRecorder.begin_call``, no task per call) are then observed through them; a
+sandbox with any probe lacking them runs every call through the coroutines.
 """
 
 from __future__ import annotations

@@ -580,20 +580,28 @@ class EgressProbe:
         Call it from the task that will run the tool (the sandbox does): a contextvar set
         here is seen by that task, the tasks it starts and the worker threads it uses.
         """
-        with self._lock:
-            self._windows[call_id] = [time.monotonic(), float("inf")]
+        self.open_window(call_id)
         self._tokens[call_id] = current_call.set(call_id)
 
     async def after_call(self, call_id: str) -> Effects:
         """The flows of this call: those carrying its id, and those (without an id) that
         started in its window while no other call was in flight."""
-        end = time.monotonic()
         token = self._tokens.pop(call_id, None)
         if token is not None:
             try:
                 current_call.reset(token)
             except ValueError:  # after_call ran in another context than before_call
                 current_call.set(None)
+        return self.close_window(call_id)
+
+    def open_window(self, call_id: str) -> None:
+        """Open the call's time window (no context set: for calls run out of process)."""
+        with self._lock:
+            self._windows[call_id] = [time.monotonic(), float("inf")]
+
+    def close_window(self, call_id: str) -> Effects:
+        """Close the call's window: the flows carrying its id or started in it alone."""
+        end = time.monotonic()
         with self._lock:
             window = self._windows.setdefault(call_id, [end, end])
             window[1] = end
