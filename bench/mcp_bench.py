@@ -3,15 +3,16 @@
     python bench/mcp_bench.py [--calls 400] [--server filesystem git]
 
 One official ``mcp`` client session talks to the real server directly, another to the
-same server behind ``litmus-sandbox proxy mcp`` (recording every call to a file, no
-oracles: ``--no-watch-fs --no-egress``; a plain real call is run inline, with no task of
-its own), a third behind the proxy with the filesystem oracle watching the server's
-folder (``--root``, as a user runs it: each call runs between the probes), and a fourth
-behind ``bench/byte_relay.py``, which copies bytes and parses nothing: the floor, what
-the two extra process hops alone cost. Calls rotate between them (interleaved, so machine
-noise hits all alike) after a warm-up. Reports the median call time of each, the median
-time added, and the ratio to direct, for the relay alone (the goal's figure: ratio at
-most 1.10), with the oracle, and for the floor. Written to bench/results/mcp.json.
+same server behind ``litmus-sandbox proxy mcp`` as run without ``--root`` (recording
+every call to a file, the server's egress through the recording proxy, no filesystem
+oracle; a plain real call is run inline, with no task of its own), a third behind the
+proxy with the filesystem oracle watching the server's folder (``--root``: each call
+runs in a task, between the probes), and a fourth behind ``bench/byte_relay.py``, which
+copies bytes and parses nothing: the floor, what the two extra process hops alone cost.
+Calls rotate between them (interleaved, so machine noise hits all alike) after a
+warm-up. Reports the median call time of each, the median time added, and the ratio to
+direct, for the relay (the goal's figure: ratio at most 1.10), with the filesystem
+oracle, and for the floor. Written to bench/results/mcp.json.
 
 Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesystem,
 ``read_text_file`` of a small file, a sub-millisecond call; needs ``npm ci --prefix
@@ -68,12 +69,11 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
     episodes = recordings / "bench.episodes.jsonl"
     watched = recordings / "bench.watched.jsonl"
     proxy = [sys.executable, "-m", "litmus_sandbox._cli", "proxy", "mcp"]
-    relay = [*proxy, "--episodes", str(episodes), "--root", str(work)]
-    relay += ["--no-watch-fs", "--no-egress", "--", *server]
+    relay = [*proxy, "--episodes", str(episodes), "--", *server]  # run in work (cwd)
     oracle = [*proxy, "--episodes", str(watched), "--root", str(work), "--", *server]
     floor = [sys.executable, str(ROOT / "bench" / "byte_relay.py"), *server]
     direct_params = StdioServerParameters(command=server[0], args=server[1:], cwd=work)
-    relay_params = StdioServerParameters(command=relay[0], args=relay[1:])
+    relay_params = StdioServerParameters(command=relay[0], args=relay[1:], cwd=work)
     oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
     floor_params = StdioServerParameters(command=floor[0], args=floor[1:], cwd=work)
     direct_s: list[float] = []

@@ -36,8 +36,8 @@ EXIT_INTERNAL = 3
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        """A usage mistake: one line (no usage block), exit 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def default_cache_path() -> str:
@@ -68,10 +68,42 @@ def _warn(warnings: Sequence[ReadWarning | str]) -> None:
         print(f"litmus-sandbox: {w}", file=sys.stderr)
 
 
+def _check_output(output: str, inputs: Sequence[str | None]) -> None:
+    """Refuse an output path that would destroy an input or that is a directory.
+
+    Raises:
+        LitmusError: ``output`` is a directory, or the same file as one of ``inputs``.
+    """
+    if os.path.isdir(output):
+        raise LitmusError(f"-o {output}: is a directory (give a file to write)")
+    if not os.path.exists(output):
+        return
+    for path in inputs:
+        if path is None:
+            continue
+        try:
+            same = os.path.samefile(output, path)
+        except OSError:
+            continue  # an input that cannot be opened is reported when it is read
+        if same:
+            raise LitmusError(
+                f"-o {output} is also an input ({path}): writing it would destroy that "
+                "input; write somewhere else"
+            )
+
+
+def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
+    """As :func:`_check_output`, for a verdict stream (always a file, never stdout)."""
+    if output == "-":
+        raise LitmusError("-o -: a verdict stream is written to a file; give its path")
+    _check_output(output, inputs)
+
+
 # ---------------------------------------------------------------- score
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    _check_verdicts_output(args.output, [*args.episodes, args.policy])
     config = load_policy(args.policy)
     cache = _open_cache(args)
     try:
@@ -109,6 +141,11 @@ def _single_policy(streams: Sequence[VerdictStream]) -> PolicyRecord | None:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    if args.output == "-":
+        args.output = None  # stdout
+    if args.output:
+        inputs = [*args.baseline, *args.candidate, args.exclude, *(args.baseline_episodes or ())]
+        _check_output(args.output, inputs)
     baseline = _read_side(args.baseline)
     candidate = _read_side(args.candidate)
     warnings: list[str] = [str(w) for s in (*baseline, *candidate) for w in s.warnings]
@@ -187,6 +224,7 @@ def _fingerprints_match(config: ScoringConfig, record: PolicyRecord) -> list[str
 
 
 def cmd_rebaseline(args: argparse.Namespace) -> int:
+    _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
     candidate = read_verdicts(args.like) if args.like else None
     record = _single_policy([candidate]) if candidate is not None else None
     if candidate is not None and record is None:

@@ -24,6 +24,7 @@ from ._records import (
     MessageStep,
     PolicyRecord,
     Provenance,
+    RecorderId,
     ToolCallStep,
     Verdict,
 )
@@ -46,10 +47,16 @@ class _Envelope(msgspec.Struct):
 
 # Provenance structs forbid unknown keys so that the fast path notices them; these
 # lenient twins read such records, whose unknown keys are then kept aside.
+class _LenientRecorderId(
+    RecorderId, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
+):
+    pass
+
+
 class _LenientProvenance(
     Provenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
 ):
-    pass
+    recorder: _LenientRecorderId | None = None
 
 
 class _LenientVerdict(
@@ -140,7 +147,8 @@ def _check_version(env: _Envelope, what: str) -> None:
 
 
 def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
-    """``decode``, with JSON nested past the decoder's recursion limit a DecodeProblem."""
+    """``decode``, with JSON nested past the decoder's recursion limit, or JSON the
+    envelope's look did not reject (invalid UTF-8 inside a string), a DecodeProblem."""
 
     @functools.wraps(decode)
     def checked(line: bytes) -> R:
@@ -148,6 +156,10 @@ def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
             return decode(line)
         except RecursionError:
             raise DecodeProblem(_TOO_DEEP) from None
+        except msgspec.ValidationError as exc:  # a decoder not guarded below
+            raise DecodeProblem(f"invalid record: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise DecodeProblem(f"not valid JSON ({exc})") from None
 
     return checked
 
@@ -189,14 +201,21 @@ def _decode_episode_record(line: bytes) -> EpisodeRecord:
 
 
 def _unknown_keys(line: bytes, known: frozenset[str]) -> dict[str, Any]:
+    """Provenance keys this version does not know, a nested one named by its dotted path
+    (``recorder.build``)."""
     raw = _raw_decoder.decode(line)
     prov = raw.get("provenance") if isinstance(raw, dict) else None
     if not isinstance(prov, dict):
         return {}
-    return {k: v for k, v in prov.items() if k not in known}
+    out = {k: v for k, v in prov.items() if k not in known}
+    recorder = prov.get("recorder")
+    if "recorder" in known and isinstance(recorder, dict):
+        out.update({f"recorder.{k}": v for k, v in recorder.items() if k not in _RECORDER_FIELDS})
+    return out
 
 
 _PROVENANCE_FIELDS = frozenset(Provenance.__struct_fields__)
+_RECORDER_FIELDS = frozenset(RecorderId.__struct_fields__)
 _LEGACY_FIELDS = frozenset(LegacyProvenance.__struct_fields__)
 
 
@@ -233,7 +252,11 @@ def _decode_verdict_record(line: bytes) -> VerdictRecord:
     return _as(
         Verdict,
         lenient,
-        provenance=_as(Provenance, lenient.provenance),
+        provenance=_as(
+            Provenance,
+            lenient.provenance,
+            recorder=_as(RecorderId, r) if (r := lenient.provenance.recorder) else None,
+        ),
         unknown_provenance=_unknown_keys(line, _PROVENANCE_FIELDS),
     )
 

@@ -261,7 +261,9 @@ def _check_native_pair(b: Verdict, c: Verdict, found: _Found) -> None:
     brec, crec = bp.recorder, cp.recorder
     bid = brec.identity() if brec is not None else None
     cid = crec.identity() if crec is not None else None
-    if not _eq_known(bid, cid):
+    # The recorder is not among the provenance a verdict must carry: absent on both
+    # sides, it is not compared; absent on one side only, it differs.
+    if (brec is not None or crec is not None) and not _eq_known(bid, cid):
         _flag(
             found,
             _REBASE,
@@ -302,18 +304,27 @@ def _check_fidelity(
     c_modes: Mapping[str, str] | None,
     found: _Found,
 ) -> None:
+    tools = set(b_tools or ()) | set(c_tools or ())
     if b_tools is None or c_tools is None:
-        _flag(
-            found,
-            _REBASE,
-            code="fidelity_mismatch",
-            detail="the tools called are unknown on "
-            + ("both sides" if b_tools is None and c_tools is None else "one side"),
-            remedy="rerun_baseline",
-        )
-        return
+        # A verdict that does not say which tools were called (hand-written) is compared
+        # on every tool either side configured; with no modes either, nothing is known.
+        unknown = [
+            side
+            for side, t, m in (("baseline", b_tools, b_modes), ("candidate", c_tools, c_modes))
+            if t is None and m is None
+        ]
+        if unknown:
+            _flag(
+                found,
+                _REBASE,
+                code="fidelity_mismatch",
+                detail=f"the tools called and their modes are unknown on the {' and '.join(unknown)}",
+                remedy="rerun_baseline",
+            )
+            return
+        tools |= set(b_modes or ()) | set(c_modes or ())
     diffs = []
-    for tool in sorted(set(b_tools) | set(c_tools)):
+    for tool in sorted(tools):
         bm, cm = mode_for(tool, b_modes), mode_for(tool, c_modes)
         # Fail closed: a mode nobody recorded is unknown, never equal to another unknown.
         if bm is None or cm is None or bm != cm:

@@ -147,25 +147,46 @@ def as_json(args: Any) -> Any:
     return msgspec.to_builtins(args, enc_hook=repr)
 
 
+_TOO_DEEP = "JSON nested too deeply to compare (hundreds of levels)"
+
+
 def normalize_args(args: Any, ignore: Iterable[tuple[Segment, ...]] = ()) -> Any:
-    """The arguments as compared: JSON form, ignored paths removed, numbers canonical."""
-    value = _canonical(as_json(args))
-    for path in ignore:
-        value = _strip(value, path)
-        if value is _REMOVED:
-            return None
+    """The arguments as compared: JSON form, ignored paths removed, numbers canonical.
+
+    Raises:
+        ConfigError: arguments nested past the interpreter's recursion limit.
+    """
+    try:
+        value = _canonical(as_json(args))
+        for path in ignore:
+            value = _strip(value, path)
+            if value is _REMOVED:
+                return None
+    except RecursionError:
+        raise ConfigError(_TOO_DEEP) from None
     return value
 
 
 def call_key(tool: str, args: Any, ignore: Iterable[tuple[Segment, ...]] = ()) -> bytes:
-    """The identity a replay matches on: tool name and canonical JSON of the arguments."""
+    """The identity a replay matches on: tool name and canonical JSON of the arguments.
+
+    Raises:
+        ConfigError: arguments nested past the interpreter's recursion limit.
+    """
     return tool.encode() + b"\x00" + canonical_json(normalize_args(args, ignore))
 
 
 def differing_paths(a: Any, b: Any, limit: int = 20) -> list[str]:
-    """The JSON paths where two (normalized) values differ, at most ``limit`` of them."""
+    """The JSON paths where two (normalized) values differ, at most ``limit`` of them.
+
+    Raises:
+        ConfigError: values nested past the interpreter's recursion limit.
+    """
     out: list[str] = []
-    _diff(a, b, [], out, limit)
+    try:
+        _diff(a, b, [], out, limit)
+    except RecursionError:
+        raise ConfigError(_TOO_DEEP) from None
     return out
 
 

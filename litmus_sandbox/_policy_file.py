@@ -21,9 +21,16 @@ def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = os.fspath(path)
     try:
         with open(p, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 text (TOML files are UTF-8)") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     unknown = sorted(set(data) - SECTIONS)

@@ -281,7 +281,7 @@ class StepVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     contradictions: tuple[str, ...] = ()
 
 
-class RecorderId(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class RecorderId(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True):
     """The recorder identity carried in a verdict's provenance."""
 
     name: str

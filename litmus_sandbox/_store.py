@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import msgspec
 
@@ -340,18 +340,32 @@ def _fast_verdicts(data: bytes) -> list[Any] | None:
 def write_verdicts(
     path: str | os.PathLike[str], policy: PolicyRecord | None, verdicts: Iterable[Verdict]
 ) -> None:
-    """Write a verdict stream (policy record first) to ``path``, replacing it."""
-    tmp = Path(f"{os.fspath(path)}.tmp")
+    """Write a verdict stream (policy record first) to ``path``, replacing it.
+
+    A regular file is replaced whole (written beside it, then renamed over it: a reader
+    never sees half a stream); through a symbolic link, the file it points to is. Anything
+    else that exists (``/dev/null``, a FIFO) is written to as it is.
+    """
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():
+        with open(target, "wb") as f:
+            _write_stream(f, policy, verdicts)
+        return
+    tmp = target.with_name(f"{target.name}.tmp")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(tmp, "wb") as f:
-            if policy is not None:
-                f.write(encode(policy))
-            for verdict in verdicts:
-                f.write(encode(verdict))
+            _write_stream(f, policy, verdicts)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)  # nothing half-written is left behind
         raise
+
+
+def _write_stream(f: BinaryIO, policy: PolicyRecord | None, verdicts: Iterable[Verdict]) -> None:
+    if policy is not None:
+        f.write(encode(policy))
+    for verdict in verdicts:
+        f.write(encode(verdict))

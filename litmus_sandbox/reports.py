@@ -142,12 +142,14 @@ def render_table(
     lines: list[str] = []
     shown = [c for c in ordered_cases(report) if c.outcome != "PASS" or c.reasons]
     if shown:
-        width = max(len(c.case_id) for c in shown)
+        ids = {c.case_id: _one_line(c.case_id) for c in shown}
+        width = max(len(i) for i in ids.values())
         lines.append(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate")
         for case in shown:
             b, c = side_summary(case.baseline), side_summary(case.candidate)
             lines.append(
-                f"{case.case_id:<{width}}  {case.outcome:<16}  {_safe_word(b)} -> {_safe_word(c)}"
+                f"{ids[case.case_id]:<{width}}  {case.outcome:<16}  "
+                f"{_safe_word(b)} -> {_safe_word(c)}"
             )
             diff = step_diff(case)
             if diff is not None and (
@@ -180,14 +182,16 @@ def render_table(
         lines.append(f"reasons (cases): {grouped}")
     plan = report.rebaseline_plan
     if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
-        calls = ("" if plan.judge_calls_exact else "at most ") + f"{plan.judge_calls}"
+        calls = ("" if plan.judge_calls_exact else "at most ") + f"{plan.judge_calls} judge calls"
+        if unknown := sum(1 for e in plan.rescore if e.judge_calls is None):
+            calls += f", and those of {unknown} with no known step count"
         lines.append(
-            f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls} judge calls), "
+            f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls}), "
             f"re-run {len(plan.rerun_baseline)} baselines, re-run {len(plan.rerun_candidate)} candidates"
         )
     if report.unknown_exclusions:
         lines.append(f"exclusions naming no case: {', '.join(report.unknown_exclusions)}")
-    lines.extend(f"warning: {w}" for w in warnings)
+    lines.extend(_as_warning(w) for w in warnings)
     decision = report.decision(allow_unresolved=allow_unresolved, strict_oracle=strict_oracle)
     code = report.exit_code(allow_unresolved=allow_unresolved, strict_oracle=strict_oracle)
     lines.append(f"decision: {decision} (exit {code})")
@@ -240,7 +244,7 @@ def render_markdown(
             lines.append(
                 f"| {_md_code(case.case_id)} | {case.outcome} | {_safe_word(b)} → {_safe_word(c)} | {reasons} |"
             )
-    lines += [f"> warning: {_md(w)}" for w in warnings]
+    lines += [f"> {_md(_as_warning(w))}" for w in warnings]
     return "\n".join(lines)
 
 
@@ -326,3 +330,15 @@ def render(report: GateReport, fmt: str, **kw: Any) -> str:
         "markdown": render_markdown,
     }
     return renderers[fmt](report, **kw)
+
+
+def _as_warning(text: str) -> str:
+    """``text`` said as a warning, once (a reader's warnings already say so)."""
+    return text if "warning: " in text else f"warning: {text}"
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``): one case, one table row."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)

@@ -285,8 +285,102 @@ def test_bad_input_is_one_clear_line_and_exit_2(
     r = run(*args, cwd=tmp_path)
     assert r.returncode == 2
     assert fragment in r.stderr
+    assert r.stderr.count("\n") == 1  # one line, usage mistakes included
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "v.jsonl").exists()
+
+
+def test_bytes_that_are_not_utf8_are_bad_input_naming_file_and_line(tmp_path: Path) -> None:
+    good = b'{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}\n'
+    (tmp_path / "e.jsonl").write_bytes(good + b'{"kind":"end","v":1,"episode_id":"e\xff"}\n')
+    (tmp_path / "p.toml").write_text(POLICY.format(refusal="false"))
+    r = run("score", "e.jsonl", "--policy", "p.toml", "-o", "v.jsonl", cwd=tmp_path)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "e.jsonl:2: not valid JSON" in r.stderr
+    prov = '"provenance":{"truncate_on_refusal":false,"truncate_on_empty_tool_result":false,"steps_covered":3,"judge_version":"j"}'
+    (tmp_path / "l.jsonl").write_bytes(b'{"run_id":"r\xff","safe":true,' + prov.encode() + b"}\n")
+    r = run("gate", "--baseline", "l.jsonl", "--candidate", "l.jsonl", cwd=tmp_path)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "l.jsonl:1: not valid JSON" in r.stderr
+    (tmp_path / "latin1.toml").write_bytes(b"[scoring]\n# caf\xe9\n")
+    (tmp_path / "ok.jsonl").write_bytes(good)
+    r = run("score", "ok.jsonl", "--policy", "latin1.toml", "-o", "v.jsonl", cwd=tmp_path)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "latin1.toml:2: not UTF-8" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_output_never_destroys_an_input(suite: Path) -> None:
+    episodes = suite / "candidate.episodes.jsonl"
+    before = episodes.read_bytes()
+    r = run("score", episodes.name, "--policy", "policy.toml", "-o", episodes.name, cwd=suite)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "is also an input" in r.stderr
+    assert episodes.read_bytes() == before
+    run("score", episodes.name, "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
+    verdicts = (suite / "c.jsonl").read_bytes()
+    r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", "-o", "c.jsonl", cwd=suite)
+    assert r.returncode == 2
+    assert (suite / "c.jsonl").read_bytes() == verdicts
+    r = run(
+        "rebaseline", "--episodes", episodes.name, "--like", "c.jsonl", "-o", "c.jsonl", cwd=suite
+    )
+    assert r.returncode == 2
+    assert (suite / "c.jsonl").read_bytes() == verdicts
+    r = run("score", episodes.name, "--policy", "policy.toml", "-o", "-", cwd=suite)
+    assert r.returncode == 2
+    assert not (suite / "-").exists()
+
+
+def test_output_through_a_link_replaces_what_it_points_to(suite: Path) -> None:
+    (suite / "link.jsonl").symlink_to("target.jsonl")
+    r = run(
+        "score",
+        "candidate.episodes.jsonl",
+        "--policy",
+        "policy.toml",
+        "-o",
+        "link.jsonl",
+        cwd=suite,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (suite / "link.jsonl").is_symlink()
+    assert len(read_verdicts(suite / "target.jsonl").verdicts) == 3
+    r = run("gate", "--baseline", "link.jsonl", "--candidate", "link.jsonl", "-o", "-", cwd=suite)
+    assert r.returncode == 0
+    assert "decision: PASS" in r.stdout  # "-" is stdout
+
+
+def test_arguments_too_deep_to_compare_are_bad_input(tmp_path: Path) -> None:
+    deep = "[" * 500 + "]" * 500
+    lines = [
+        '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}',
+        '{"kind":"step","type":"tool_call","v":1,"episode_id":"e","index":0,"call_id":"1",'
+        '"tool":"t","args":{"x":' + deep + '},"fidelity":"real","shown":{"content":[]}}',
+        '{"kind":"end","v":1,"episode_id":"e","status":"complete","steps":1}',
+    ]
+    (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
+    for args in (
+        ["diff", "e.jsonl", "e.jsonl"],
+        ["replay", "--check", "--cassette", "e.jsonl", "e.jsonl"],
+    ):
+        r = run(*args, cwd=tmp_path)
+        assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+        assert "nested too deeply" in r.stderr
+
+
+def test_the_table_keeps_a_case_to_one_row_and_says_warning_once(tmp_path: Path) -> None:
+    prov = '"provenance":{"truncate_on_refusal":false,"truncate_on_empty_tool_result":false,"steps_covered":3,"judge_version":"j"}'
+    b = '{"run_id":"two\\nlines","safe":true,' + prov + "}\n"
+    c = '{"run_id":"two\\nlines","safe":false,' + prov + "}\n" + '{"run_id":"torn"'
+    (tmp_path / "b.jsonl").write_text(b)
+    (tmp_path / "c.jsonl").write_text(c)
+    r = run("gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", cwd=tmp_path)
+    assert r.returncode == 1
+    row = next(line for line in r.stdout.splitlines() if "REGRESSION  " in line)
+    assert row.startswith("two\\nlines")
+    warning = next(line for line in r.stdout.splitlines() if "torn" in line or "warning" in line)
+    assert warning.count("warning:") == 1
 
 
 def test_torn_candidate_episode_routes_to_needs_rerun(suite: Path) -> None:

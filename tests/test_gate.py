@@ -175,9 +175,7 @@ def test_a_tool_mode_nobody_recorded_fails_closed(
         "episode_complete",
         "truncate_on_refusal",
         "steps_covered",
-        "recorder",
         "fallback_judge",
-        "tools_called",
     ],
 )
 def test_unknown_provenance_fails_closed(field: str) -> None:
@@ -186,6 +184,23 @@ def test_unknown_provenance_fails_closed(field: str) -> None:
     r = compare_case("c", [verdict(**unknown)], [verdict(**unknown)])
     assert r.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN")
     assert r.reasons
+
+
+def test_a_verdict_need_not_say_its_recorder_or_the_tools_it_called() -> None:
+    """Neither is among the provenance a verdict must carry (a hand-written verdict may lack
+    both): absent on both sides they are not compared, but what is known still is."""
+    hand: dict[str, Any] = {"recorder": None, "tools_called": None}
+    assert compare_case("c", [verdict(**hand)], [verdict(**hand)]).outcome == "PASS"
+    one_sided = compare_case("c", [verdict(recorder=None)], [verdict()])
+    assert codes(one_sided.reasons) == {"recorder_mismatch"}
+    stubbed = verdict(tools_called=None, tool_modes={"send_email": "stub"})
+    r = compare_case("c", [verdict(tools_called=None)], [stubbed])
+    assert codes(r.reasons) == {"fidelity_mismatch"}
+    assert "send_email: real vs stub" in r.reasons[0].detail
+    blind = verdict(tools_called=None, tool_modes=None)
+    r = compare_case("c", [blind], [verdict()])
+    assert codes(r.reasons) == {"fidelity_mismatch"}
+    assert "unknown on the baseline" in r.reasons[0].detail
 
 
 def test_unknown_provenance_keys_fail_closed() -> None:

@@ -350,6 +350,12 @@ def test_unknown_provenance_keys_are_kept_aside(tmp_path: Path) -> None:
     raw["provenance"]["temperature"] = 0.7
     (v,) = read_verdicts(write_lines(tmp_path / "v.jsonl", [json.dumps(raw)])).verdicts
     assert v.unknown_provenance == {"temperature": 0.7}
+    # A key unknown inside a known table is unknown too, named by its dotted path.
+    raw = msgspec.to_builtins(verdict("c"))
+    raw["provenance"]["recorder"]["build"] = "x"
+    (v,) = read_verdicts(write_lines(tmp_path / "w.jsonl", [json.dumps(raw)])).verdicts
+    assert v.unknown_provenance == {"recorder.build": "x"}
+    assert v.provenance == verdict("c").provenance
 
 
 def test_bad_verdict_line_names_its_line(tmp_path: Path) -> None:
