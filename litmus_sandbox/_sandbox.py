@@ -38,7 +38,7 @@ import msgspec
 
 from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
-from ._errors import ConfigError
+from ._errors import ConfigError, UpstreamError
 from ._open_call import OpenCall
 from ._policy import Policy, Stub, ToolPolicy
 from ._records import (
@@ -638,11 +638,12 @@ class Sandbox:
             yield ep
         except BaseException as exc:
             status = "aborted"
-            reason = (
-                "cancelled"
-                if isinstance(exc, anyio.get_cancelled_exc_class())
-                else f"{type(exc).__name__}: {exc}"
-            )
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                reason = "cancelled"
+            elif isinstance(exc, UpstreamError):
+                reason = str(exc)  # an adapter's own account of what failed upstream
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
             raise
         finally:
             _CURRENT_EPISODE.reset(token)

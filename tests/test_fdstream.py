@@ -131,3 +131,62 @@ def test_lines_come_back_exactly_however_the_bytes_are_cut(
 
     for backend in ("asyncio", "trio"):
         assert anyio.run(run, backend=backend) == expected
+
+
+async def test_a_send_cut_short_is_finished_before_the_next_one(pipe: tuple[int, int]) -> None:
+    """A timeout while the pipe is full never leaves half a message for the next to follow."""
+    r, w = pipe
+    sink = FdSendStream(w)
+    first, second = b"a" * 200_000 + b"\n", b"b" * 10 + b"\n"
+    with anyio.move_on_after(0.2):
+        await sink.send(first)  # nobody reads: the pipe fills, and the send is cancelled
+    source = FdReceiveStream(r)
+    got = bytearray()
+
+    async def read_all() -> None:
+        nonlocal got
+        while len(got) < len(first) + len(second):
+            got += await source.receive()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_all)
+            await sink.send(second)
+    await source.aclose()
+    await sink.aclose()
+    assert bytes(got) == first + second
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_one_receiver_at_a_time(pipe: tuple[int, int], anyio_backend: str) -> None:
+    r, w = pipe
+    source = FdReceiveStream(r)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(source.receive)
+        await anyio.sleep(0.05)
+        with pytest.raises(anyio.BusyResourceError):
+            await source.receive()
+        os.write(w, b"x")
+    await source.aclose()
+
+
+def test_what_was_read_ahead_survives_a_change_of_event_loop(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    source = FdReceiveStream(r)
+    os.write(w, b"abc\ndef\n")
+
+    async def first() -> bytes:
+        data: bytes = await source.receive(4)
+        return data
+
+    async def rest() -> bytes:
+        out = b""
+        while len(out) < 4:
+            out += await source.receive()
+        return out
+
+    assert anyio.run(first) == b"abc\n"
+    assert anyio.run(rest, backend="trio") == b"def\n"
+    os.write(w, b"ghi\n")
+    assert anyio.run(rest) == b"ghi\n"
+    anyio.run(source.aclose)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import ByteReceiveStream, ByteSendStream
 from factories import LoopbackHttp
 from test_mcp_helpers import (
     PROXY,
@@ -17,6 +19,7 @@ from test_mcp_helpers import (
     calls,
     one_episode,
     open_proxy,
+    proxy_command,
     request,
     server_log,
     tool_call,
@@ -278,6 +281,144 @@ async def test_a_request_id_already_in_flight_is_refused(
     assert "already in flight" in error["error"]["message"]
     assert await client.finish() == 0
     assert server_log(tmp_path, "in").count(b'"tools/call"') == 1
+
+
+async def test_any_request_the_server_leaves_unanswered_gets_an_error(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    """Not only tools/call: a hung server never hangs the client's other requests."""
+    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
+    await client.send(INIT)
+    await client.recv()
+    with anyio.fail_after(5):
+        await client.send(request(7, "resources/read", {"uri": "file:///x"}))
+        error = await client.recv_json()
+    assert error["id"] == 7
+    assert error["error"]["code"] == -32001
+    assert "resources/read got no answer" in error["error"]["message"]
+    await client.send(request(8, "ping"))  # the session goes on
+    assert (await client.recv_json())["id"] == 8
+    assert await client.finish() == 0
+    assert b'"method":"notifications/cancelled","params":{"requestId":7' in server_log(
+        tmp_path, "in"
+    )
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "resources/read got no answer" in (ep.end.reason or "")
+
+
+async def test_a_server_that_stops_reading_cannot_hold_a_call_past_its_timeout(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
+    await client.send(tool_call(1, "freeze"))  # the server stops reading its stdin
+    big = tool_call(2, "echo", {"text": "x" * 300_000})  # more than the pipe holds
+    with anyio.fail_after(8):
+        await client.send(big)
+        replies = {(await client.recv_json())["id"] for _ in range(2)}
+    assert replies == {1, 2}  # both timed out, neither held the other up
+    assert await client.finish(limit=30) == 0
+    steps = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert {s.meta["mcp"]["outcome"] for s in steps} == {"timeout"}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_ends_the_session_with_a_reason_and_answers_what_waits(
+    tmp_path: Path, oracles: list[str], signum: signal.Signals
+) -> None:
+    process = await open_proxy(tmp_path, *oracles)
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv()
+    await client.send(tool_call(1, "echo", {"text": "before"}))
+    await client.recv_json()
+    await client.send(tool_call(2, "stall"))
+    await anyio.sleep(0.5)  # the call is under way
+    process.send_signal(signum)
+    error = await client.recv_json()
+    assert error["id"] == 2
+    assert "stopped by" in error["error"]["message"]
+    with anyio.fail_after(20):
+        assert await process.wait() == 130
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert ep.end.reason == f"the proxy was stopped by {signum.name}"
+    echo, stalled = calls(ep)
+    assert echo.meta["mcp"]["outcome"] == "result"
+    assert stalled.actual is not None
+    assert stalled.actual.outcome == "interrupted"
+
+
+async def test_a_hang_stays_the_reason_when_a_signal_follows(tmp_path: Path) -> None:
+    process = await open_proxy(tmp_path, "--timeout", "0.3", "--no-watch-fs", "--no-egress")
+    client = RawClient(process)
+    await client.send(tool_call(1, "hang"))
+    assert (await client.recv_json())["error"]["code"] == -32001
+    process.send_signal(signal.SIGTERM)
+    with anyio.fail_after(20):
+        assert await process.wait() == 130
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert "got no answer within its timeout" in (ep.end.reason or "")
+
+
+async def test_stdin_from_dev_null_is_a_session_that_sent_nothing(tmp_path: Path) -> None:
+    command = proxy_command(tmp_path, "--no-watch-fs", "--no-egress")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        done = await anyio.run_process(command, stdin=devnull, check=False)
+    finally:
+        os.close(devnull)
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+async def test_a_proxy_failure_never_leaves_it_hanging_on_the_server(tmp_path: Path) -> None:
+    """Whatever breaks the session, the server is stopped and the episode ends aborted."""
+    from litmus_sandbox.adapters.mcp import StdioProxy
+
+    class Broken(ByteReceiveStream):
+        async def receive(self, max_bytes: int = 65536) -> bytes:
+            await anyio.sleep(0.2)
+            raise OSError("the client's pipe broke")
+
+        async def aclose(self) -> None:
+            pass
+
+    proxy = StdioProxy(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "programs" / "mcp_scripted_server.py"),
+            str(tmp_path / "server"),
+        ],
+        episodes=tmp_path / "eps.jsonl",
+        root=tmp_path / "root",
+        case_id="broken",
+        probes=(),
+    )
+    sink = anyio.create_memory_object_stream[bytes](10)
+    with anyio.fail_after(15), pytest.raises(BaseExceptionGroup) as caught:
+        await proxy.run(Broken(), _Sink(sink[0]))
+    assert caught.group_contains(OSError, match="the client.s pipe broke")
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "proxy failed" in (ep.end.reason or "")
+    sink[0].close()
+    sink[1].close()
+
+
+class _Sink(ByteSendStream):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def send(self, item: bytes) -> None:
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        pass
 
 
 @pytest.mark.parametrize(

@@ -193,18 +193,19 @@ def _probes(args: argparse.Namespace, root: Path) -> list[Probe]:
     return [FsProbe(root, ignore=[Path(args.episodes).resolve()])]
 
 
-async def _on_signal(action: Callable[[], None]) -> None:
+async def _on_signal(action: Callable[[str], None]) -> None:
+    """Call ``action(reason)`` at the first SIGINT or SIGTERM."""
     # Installed explicitly: a proxy started in the background of a script inherits
     # SIGINT ignored, and SIGTERM would otherwise kill it without ending its episodes.
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            action()
+        async for signum in signals:
+            action(f"the proxy was stopped by {signal.Signals(signum).name}")
             return
 
 
 async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_signal, proxy.stop)
+        tg.start_soon(_on_signal, lambda _reason: proxy.stop())
         bound = await tg.start(proxy.serve, host, port)
         print(
             f"litmus-sandbox: MCP proxy on http://{host}:{bound}{proxy.endpoint} "
@@ -219,8 +220,12 @@ async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
 async def _serve_stdio(proxy: StdioProxy | ReplayServer) -> int:
     code = 130
     async with anyio.create_task_group() as tg:
-        # A signal ends the session early: the episode is recorded as aborted (cancelled).
-        tg.start_soon(_on_signal, tg.cancel_scope.cancel)
+        # A signal ends the session early: the episode is recorded as aborted, with the
+        # signal as its reason (the replay server, which runs nothing, just stops).
+        if isinstance(proxy, StdioProxy):
+            tg.start_soon(_on_signal, proxy.stop)
+        else:
+            tg.start_soon(_on_signal, lambda _reason: tg.cancel_scope.cancel())
         code = await proxy.serve_stdio()
         tg.cancel_scope.cancel()
     return code

@@ -1,10 +1,12 @@
 """The proxy's own stdin and stdout as anyio byte streams, and a line splitter.
 
-Pipes and sockets are read and written non-blocking through the event loop
-(``anyio.wait_readable`` / ``wait_writable``), which costs no thread hop per message, and
-a write that the pipe takes at once does not yield to the loop: the relay's added latency
-is what the benchmark measures. The stdio proxy uses them for the server's pipes too. A regular file or anything the
-loop cannot poll (stdin redirected from a file) falls back to a worker thread.
+Pipes and sockets are read and written non-blocking through the event loop, which costs
+no thread hop per message: on asyncio a reader registered once for the stream's life
+(``_LoopReader``), elsewhere ``anyio.wait_readable``; a write the pipe takes at once does
+not yield to the loop, and one it cannot take whole waits with ``anyio.wait_writable``
+without ever cutting a message in two. The relay's added latency is what the benchmark
+measures. The stdio proxy uses them for the server's pipes too. A regular file (stdin
+redirected from one) is read and written in a worker thread.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
@@ -96,6 +99,8 @@ class _LoopReader:
             self.loop.remove_reader(self._fd)
 
     async def receive(self, max_bytes: int) -> bytes:
+        if self._waiter is not None:
+            raise anyio.BusyResourceError("reading from")
         while not self._chunks:
             if self._error is not None:
                 raise anyio.BrokenResourceError from self._error
@@ -116,26 +121,41 @@ class _LoopReader:
             self.loop.add_reader(self._fd, self._ready)
         return data
 
-    def close(self) -> None:
+    def close(self) -> deque[bytes]:
+        """Stop reading; returns what was read and not yet received."""
         self._pause()  # before the descriptor is closed: the loop must forget it first
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(anyio.ClosedResourceError())
+        chunks, self._chunks = self._chunks, deque()
+        return chunks
 
 
 class FdReceiveStream(_Fd, ByteReceiveStream):
     """Bytes from a file descriptor (closed on ``aclose`` if ``owned``, else only restored).
 
-    On asyncio a pipe or socket is read by a :class:`_LoopReader`; elsewhere through
-    ``anyio.wait_readable``; anything the loop cannot poll, in a worker thread.
+    On asyncio a pipe or socket is read by a :class:`_LoopReader`; elsewhere (trio, or a
+    descriptor epoll refuses, such as ``/dev/null``) through ``anyio.wait_readable``;
+    anything the loop cannot poll (a regular file), in a worker thread. Close the stream
+    (``aclose``) before closing a descriptor it does not own: the loop must forget it
+    first. Used from another event loop later, it first gives what it had read ahead.
     """
 
     _reader: _LoopReader | None = None
     _no_loop_reader = False
+    #: Read ahead under an event loop since left: received first, in order.
+    _carried: deque[bytes] | None = None
 
     async def receive(self, max_bytes: int = _CHUNK) -> bytes:
         if self._closed:
             raise anyio.ClosedResourceError
-        if self._poll and (reader := self._loop_reader()) is not None:
+        reader = self._loop_reader() if self._poll else None
+        if self._carried:
+            data = self._carried.popleft()
+            if len(data) > max_bytes:
+                data, rest = data[:max_bytes], data[max_bytes:]
+                self._carried.appendleft(rest)
+            return data
+        if reader is not None:
             return await reader.receive(max_bytes)
         while True:
             try:
@@ -150,21 +170,29 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
                 continue
             if not data:
                 raise anyio.EndOfStream
+            if self._poll:
+                # A descriptor that is always ready must not starve the other tasks.
+                await anyio.lowlevel.checkpoint()
             return data
 
     def _loop_reader(self) -> _LoopReader | None:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None  # not asyncio (trio): wait_readable
         reader = self._reader
-        if reader is not None and not reader.loop.is_closed():
-            return reader
-        if self._no_loop_reader:
+        if reader is not None:
+            if reader.loop is loop:
+                return reader
+            self._reader = None  # the stream moved to another event loop (a new anyio.run)
+            self._carried = reader.close()
+        if loop is None or self._no_loop_reader:
             return None
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return None  # not asyncio (trio): wait_readable
-        try:
             self._reader = _LoopReader(loop, self._fd)
-        except NotImplementedError:
+        except (NotImplementedError, OSError):
+            # The loop cannot (Windows), or epoll refuses the descriptor (/dev/null, EPERM):
+            # read it the plain way, which works for what never blocks.
             self._no_loop_reader = True
             return None
         return self._reader
@@ -177,24 +205,46 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
 
 
 class FdSendStream(_Fd, ByteSendStream):
-    """Bytes to a file descriptor (closed on ``aclose`` if ``owned``, else only restored)."""
+    """Bytes to a file descriptor (closed on ``aclose`` if ``owned``, else only restored).
+
+    Each item is written whole, in order: a send cancelled while the descriptor is full
+    (a timeout) keeps the unwritten rest, and the next send writes it before its own
+    bytes, so a message is never cut in two nor interleaved with the next one.
+    """
+
+    _pending: bytearray | None = None
 
     async def send(self, item: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        view = memoryview(item)
-        while view:
-            try:
-                if self._poll:
-                    n = os.write(self._fd, view)
-                else:
+        if not self._poll:
+            view = memoryview(item)
+            while view:
+                try:
                     n = await anyio.to_thread.run_sync(os.write, self._fd, view)
-            except BlockingIOError:
-                await anyio.wait_writable(self._fd)
-                continue
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise anyio.BrokenResourceError from exc
-            view = view[n:]
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    raise anyio.BrokenResourceError from exc
+                view = view[n:]
+            return
+        pending = self._pending
+        if pending:
+            pending += item
+        else:
+            n = self._write(item)
+            if n == len(item):
+                return  # the common case: the pipe took it all, no trip through the loop
+            pending = self._pending = bytearray(memoryview(item)[n:])
+        while pending:
+            await anyio.wait_writable(self._fd)
+            del pending[: self._write(pending)]
+
+    def _write(self, data: bytes | bytearray) -> int:
+        try:
+            return os.write(self._fd, data)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise anyio.BrokenResourceError from exc
 
 
 async def iter_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 A transport (stdio or HTTP) hands each well-formed ``tools/call`` to
 ``EpisodeRecorder.call_with`` with a runner that forwards the original request upstream
-and waits for the matching response. The sandbox applies the tool's policy: ``real`` (and
+and waits for the matching response (the stdio proxy runs a plain real call inline
+instead, through ``EpisodeRecorder.begin_call``, and finishes it with the same
+``finalize``). The sandbox applies the tool's policy: ``real`` (and
 ``swallow`` with ``run = true``) runs the runner; ``stub``, ``deny``, ``replay`` and a
 dropped ``swallow`` never reach the upstream.
 

@@ -57,6 +57,7 @@ from ._fdstream import FdReceiveStream, FdSendStream, iter_lines, on_stdio
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
+    REQUEST_TIMEOUT,
     Message,
     cancelled_message,
     cancelled_request_of,
@@ -120,11 +121,15 @@ class _InlineCall:
     def _finalize(self, step: ToolCallStep) -> ToolCallStep:
         return self.state.finalize(step, cap=self.session.max_result_bytes)
 
-    async def end(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
-        """Record the step with ``finish`` (an ``OpenCall`` method), then reply."""
+    def record(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
+        """Record the step with ``finish`` (an ``OpenCall`` method)."""
         finish(self._finalize)
         if self.token is not None:
             self.session.forget_progress(self.token)
+
+    async def end(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
+        """Record the step with ``finish``, then send the reply it decided."""
+        self.record(finish)
         await self.session.reply(self.call.tool, self.state)
 
     async def answered(self, raw: bytes, body: dict[str, Any]) -> None:
@@ -190,6 +195,8 @@ class StdioProxy:
         self.env = dict(env or {})
         self.grace = grace
         self.timeout = timeout
+        self._session: _Session | None = None
+        self._stop_reason: str | None = None
         self._sandbox_kw: dict[str, Any] = {
             "root": self.root,
             "episodes": episodes,
@@ -240,7 +247,18 @@ class StdioProxy:
                     session = _Session(
                         self, sandbox, process, (upstream_in, upstream_out), client_in, client_out
                     )
-                    return await session.run()
+                    self._session = session
+                    if self._stop_reason is not None:
+                        session.stop(self._stop_reason)
+                    try:
+                        return await session.run()
+                    finally:
+                        # However the session ended (a proxy failure, a signal), the server
+                        # is not left running: nothing else would stop it, and leaving this
+                        # block waits for it to exit.
+                        with anyio.CancelScope(shield=True):
+                            await upstream_in.aclose()  # its stdin closes, as on shutdown
+                            await _stop(process, self.grace)
             finally:
                 await upstream_in.aclose()
                 await upstream_out.aclose()
@@ -249,8 +267,18 @@ class StdioProxy:
         """Relay between this process's stdin/stdout and the server (the CLI's mode)."""
         return await on_stdio(self.run)
 
+    def stop(self, reason: str = "the proxy was stopped") -> None:
+        """End the session early (the CLI calls it on SIGINT or SIGTERM): the episode ends
+        ``aborted`` with ``reason`` (an earlier reason, such as a hung call, stands), every
+        request still waiting gets a JSON-RPC error, and :meth:`run` returns 130."""
+        self._stop_reason = reason
+        if self._session is not None:
+            self._session.stop(reason)
+
 
 class _Session:
+    _slot: EpisodeSlot
+
     def __init__(
         self,
         proxy: StdioProxy,
@@ -272,6 +300,8 @@ class _Session:
         self._waiters: dict[tuple[str, Any], _Waiter] = {}
         #: Forwarded requests other than tools/call that await an answer (key -> id).
         self._requests: dict[tuple[str, Any], Any] = {}
+        #: Their deadlines (the proxy's timeout) and methods.
+        self._request_deadlines: dict[tuple[str, Any], tuple[float, str]] = {}
         self._calls: dict[tuple[str, Any], tuple[CallState, anyio.CancelScope]] = {}
         #: Plain real calls in flight, run inline (no task of their own): see _start_inline.
         self._inline: dict[tuple[str, Any], _InlineCall] = {}
@@ -292,6 +322,10 @@ class _Session:
         self._server_gone = anyio.Event()
         self._gone_reason = "the MCP server exited"
         self._client_gone = False
+        self._slot_made = False
+        self._stop_scope = anyio.CancelScope()
+        self._stopped: str | None = None
+        self._pending_at_stop: list[Any] = []
 
     async def run(self) -> int:
         async with anyio.create_task_group() as outer:
@@ -302,22 +336,58 @@ class _Session:
                 agent=self._proxy.agent,
                 meta={"transport": "stdio", "server": self._proxy.command},
             )
+            self._slot_made = True
+            if self._stopped is not None:
+                self._slot.abort(self._stopped)
             try:
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    tg.start_soon(self._pump_server)
-                    tg.start_soon(self._pump_client)
-                    tg.start_soon(self._watch_process)
-                    tg.start_soon(self._watch_deadlines)
-                    await self._server_gone.wait()
-                    await self._wind_down()
-                    tg.cancel_scope.cancel()
+                with self._stop_scope:
+                    async with anyio.create_task_group() as tg:
+                        self._tg = tg
+                        tg.start_soon(self._pump_server)
+                        tg.start_soon(self._pump_client)
+                        tg.start_soon(self._watch_process)
+                        tg.start_soon(self._watch_deadlines)
+                        await self._server_gone.wait()
+                        await self._wind_down()
+                        tg.cancel_scope.cancel()
+                if self._stop_scope.cancelled_caught:
+                    await self._answer_pending(self._stopped or "the proxy was stopped")
             except BaseException as exc:
                 self._slot.abort(f"proxy failed: {type(exc).__name__}: {exc}")
                 raise
             finally:
-                await self._slot.close()
+                with anyio.CancelScope(shield=True):
+                    for inline in self._inline.values():  # whatever ended the session
+                        inline.record(inline.call.interrupted)
+                    self._inline.clear()
+                    await self._slot.close()
+        if self._stopped is not None:
+            return 130
         return 0 if self._client_gone else 1
+
+    def stop(self, reason: str) -> None:
+        """End the session early (a signal): the episode ends ``aborted`` with ``reason``
+        (unless an earlier reason stands), and each request still waiting gets an error."""
+        if self._stopped is None:
+            self._stopped = reason
+            self._pending_at_stop = [state.request_id for state, _ in self._calls.values()]
+        if self._slot_made:
+            self._slot.abort(reason)
+        self._stop_scope.cancel()
+
+    async def _answer_pending(self, reason: str) -> None:
+        """Tell the client that what it still waits for will not come (the proxy stops)."""
+        with anyio.move_on_after(2, shield=True):
+            for inline in self._inline.values():
+                inline.record(inline.call.interrupted)
+            ids = [i.state.request_id for i in self._inline.values()]
+            self._inline.clear()
+            ids += [*self._pending_at_stop, *self._requests.values()]
+            self._requests.clear()
+            self._request_deadlines.clear()
+            text = f"litmus-sandbox: {reason}"
+            for request_id in ids:
+                await self._to_client(error_message(request_id, CONNECTION_CLOSED, text) + b"\n")
 
     # ------------------------------------------------------------ writing
 
@@ -369,6 +439,11 @@ class _Session:
                 await self._refuse(msg.id)
                 return
             self._requests[id_key(msg.id)] = msg.id
+            if self._proxy.timeout is not None:
+                deadline = anyio.current_time() + self._proxy.timeout
+                self._request_deadlines[id_key(msg.id)] = (deadline, str(msg.method))
+                if deadline < self._deadlines.deadline:
+                    self._deadlines.deadline = deadline
             if msg.method == "tools/list":
                 self._listing.add(id_key(msg.id))
             if msg.method in RECORDED_METHODS and len(self._answers) < len(RECORDED_METHODS):
@@ -379,6 +454,7 @@ class _Session:
                 key = id_key(rid)
                 if key in self._unforwarded:
                     return  # the server never saw that call: it must not hear of it
+                self._request_deadlines.pop(key, None)  # the client expects no answer now
                 if (entry := self._calls.get(key)) is not None:
                     entry[1].cancel()  # recorded as interrupted; the client expects no reply
                 elif (inline := self._inline.pop(key, None)) is not None:
@@ -405,8 +481,8 @@ class _Session:
         if token is not None:
             self._progress[id_key(token)] = state
         if not self._server_gone.is_set():
-            ep = await self._slot.recorder()
-            if (call := ep.begin_call(tool, args)) is not None:
+            ep = await self._slot.recorder()  # the first call opens the episode: it may wait
+            if not self._server_gone.is_set() and (call := ep.begin_call(tool, args)):
                 await self._start_inline(key, state, call, token)
                 return
         scope = anyio.CancelScope()
@@ -428,25 +504,32 @@ class _Session:
         replies, exactly as ``_run_call`` does for the same outcome.
         """
         inline = _InlineCall(self, key, state, call, token)
-        try:
-            await self._to_upstream(state.request)
-        except UpstreamGone as exc:
-            self._unforwarded.add(key)
-            state.failure = str(exc)
-            await inline.end(functools.partial(call.failed, exc))
-            return
-        state.forwarded = True
+        # In flight, with its deadline, before the request is written: a server that does
+        # not read its stdin cannot hold the call (or this pump) past the call's limit.
         self._inline[key] = inline
         if call.limit is not None:
             inline.deadline = anyio.current_time() + call.limit
             if inline.deadline < self._deadlines.deadline:
                 self._deadlines.deadline = inline.deadline
+        state.forwarded = True
+        try:
+            # A write cut short keeps its rest for the next one (see FdSendStream).
+            with anyio.move_on_after(math.inf if call.limit is None else call.limit):
+                await self._to_upstream(state.request)
+        except UpstreamGone as exc:
+            state.forwarded = False
+            self._unforwarded.add(key)
+            state.failure = str(exc)
+            if self._inline.pop(key, None) is not None:
+                await inline.end(functools.partial(call.failed, exc))
 
     async def _watch_deadlines(self) -> None:
-        """Time out inline calls: one timer for all, set to the earliest deadline."""
+        """Time out inline calls and other forwarded requests: one timer for all, set to
+        the earliest deadline. (A call in a task of its own keeps its own timer.)"""
         while True:
             with anyio.CancelScope() as self._deadlines:
                 pending = [c.deadline for c in self._inline.values() if c.deadline is not None]
+                pending += [d for d, _ in self._request_deadlines.values()]
                 self._deadlines.deadline = min(pending, default=math.inf)
                 await anyio.sleep_forever()
             now = anyio.current_time()
@@ -458,6 +541,29 @@ class _Session:
                     continue  # answered or cancelled while an earlier one was replied to
                 self._abandoned.add(inline.key)  # a late answer must not reach the client
                 await inline.end(inline.call.timed_out)
+            overdue = [k for k, (d, _) in self._request_deadlines.items() if d <= now]
+            for key in overdue:
+                if (entry := self._request_deadlines.pop(key, None)) is not None:
+                    await self._request_timed_out(key, entry[1])
+
+    async def _request_timed_out(self, key: tuple[str, Any], method: str) -> None:
+        """A forwarded request the server left unanswered: the client gets an error (the
+        proxy never hangs it), a late answer is dropped, the episode ends aborted."""
+        request_id = self._requests.pop(key, None)
+        if request_id is None:
+            return
+        self._abandoned.add(key)
+        self._listing.discard(key)
+        self._handshake.pop(key, None)
+        timeout = self._proxy.timeout
+        reason = f"{method} got no answer within {timeout:g}s (server hung?)"
+        self._slot.abort(reason)
+        print(f"litmus-sandbox: {reason}", file=sys.stderr)
+        text = f"litmus-sandbox: {reason}"
+        await self._to_client(error_message(request_id, REQUEST_TIMEOUT, text) + b"\n")
+        if method != "initialize" and not self._server_gone.is_set():
+            with anyio.move_on_after(1), contextlib.suppress(UpstreamGone):
+                await self._to_upstream(cancelled_message(request_id, reason) + b"\n")
 
     async def _run_call(
         self,
@@ -511,7 +617,9 @@ class _Session:
         self._slot.abort(reason)
         print(f"litmus-sandbox: {reason}", file=sys.stderr)
         if not self._server_gone.is_set():
-            with contextlib.suppress(UpstreamGone):
+            # Best effort, and bounded: a server that stopped reading must not hold up the
+            # caller (the deadline watcher serves every call); what is unsent stays queued.
+            with anyio.move_on_after(1), contextlib.suppress(UpstreamGone):
                 await self._to_upstream(cancelled_message(state.request_id, reason) + b"\n")
 
     async def _forward(self, key: tuple[str, Any], state: CallState) -> Any:
@@ -558,6 +666,7 @@ class _Session:
                     self._abandoned.discard(key)
                     continue
                 self._requests.pop(key, None)
+                self._request_deadlines.pop(key, None)
                 if key in self._listing and msg.body is not None:
                     self._listing.discard(key)
                     self._schemas.update(output_schemas(msg.body.get("result")))
@@ -622,6 +731,7 @@ class _Session:
         for request_id in self._requests.values():
             await self._refuse(request_id)
         self._requests.clear()
+        self._request_deadlines.clear()
         with anyio.move_on_after(5):
             await self._idle.wait()  # let the calls record their steps and answer
         if crashed:
@@ -629,10 +739,17 @@ class _Session:
                 await self._client_out.aclose()  # the client sees the end too
 
     async def _reap(self) -> int:
-        with anyio.move_on_after(self._proxy.grace):
-            return await self._process.wait()
-        self._process.terminate()
-        with anyio.move_on_after(2):
-            return await self._process.wait()
-        self._process.kill()
-        return await self._process.wait()
+        return await _stop(self._process, self._proxy.grace)
+
+
+async def _stop(process: Process, grace: float) -> int:
+    """The server's exit status: it gets ``grace`` seconds to exit, then SIGTERM, then SIGKILL."""
+    if process.returncode is not None:
+        return process.returncode
+    with anyio.move_on_after(grace):
+        return await process.wait()
+    process.terminate()
+    with anyio.move_on_after(2):
+        return await process.wait()
+    process.kill()
+    return await process.wait()

@@ -14,7 +14,12 @@ would change. Tools:
 * ``fetch`` - GETs ``url`` with urllib (which honours the proxy variables) and returns
   the body;
 * ``crash`` - exits with status 3 without answering; ``hang`` and ``stall`` - never
-  answer (and log the ``notifications/cancelled`` they then receive).
+  answer (and log the ``notifications/cancelled`` they then receive); ``freeze`` - stops
+  reading its stdin for good (its pipe fills up).
+
+Requests other than ``tools/call``: ``initialize``, ``tools/list`` and ``ping`` are
+answered, ``resources/read`` never is (a server hung on a request), anything else gets
+"Method not found".
 """
 
 from __future__ import annotations
@@ -22,13 +27,26 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 LOG = sys.argv[1]
 _in = open(LOG + ".in", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 _out = open(LOG + ".out", "ab", buffering=0)  # noqa: SIM115 - held for the process's life
 
-TOOLS = ["echo", "empty", "fail", "proto", "ask", "progress", "fetch", "crash", "hang", "stall"]
+TOOLS = [
+    "echo",
+    "empty",
+    "fail",
+    "proto",
+    "ask",
+    "progress",
+    "fetch",
+    "crash",
+    "hang",
+    "stall",
+    "freeze",
+]
 
 
 def send(line: bytes) -> None:
@@ -98,6 +116,8 @@ def call(rid: Any, params: dict[str, Any], lines: Any) -> None:
         os._exit(3)
     elif name in ("hang", "stall"):
         pass
+    elif name == "freeze":
+        time.sleep(3600)
     else:
         result(rid, {**text(f"unknown tool {name}"), "isError": True})
 
@@ -130,6 +150,8 @@ def main() -> None:
             send(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":{}}   \n')
         elif method == "tools/call":
             call(rid, msg.get("params") or {}, it)
+        elif method == "resources/read":
+            pass  # hung: never answered
         else:
             send(
                 b'{"jsonrpc":"2.0","id":'
