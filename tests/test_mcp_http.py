@@ -115,18 +115,30 @@ async def test_everything_works_through_the_proxy_and_streams(
 
 @pytest.mark.parametrize(
     "proxy_url",
-    [{"echo": {"mode": "stub", "result": "stubbed echo"}, "get-sum": {"mode": "deny"}}],
+    [
+        {
+            "get-structured-content": {"mode": "stub", "result": "stubbed weather"},
+            "echo": {"mode": "stub", "result": "stubbed echo"},
+            "get-sum": {"mode": "deny"},
+        }
+    ],
     indirect=True,
 )
 async def test_policy_applies_over_http(tmp_path: Path, proxy_url: str) -> None:
     async with Client(proxy_url, cache=None) as client:
+        # First, before the client has listed the tools: a tool with an output schema,
+        # which the official client checks the stand-in result against.
+        weather = await client.call_tool("get-structured-content", {"location": "New York"})
         stub = await client.call_tool("echo", {"message": "hi"})
         denied = await client.call_tool("get-sum", {"a": 1, "b": 2})
+    assert not weather.is_error
+    assert weather.structured_content is not None
     assert stub.content[0].text == "stubbed echo"  # type: ignore[union-attr]
     assert denied.is_error
     steps = calls(one_episode(tmp_path / "eps.jsonl"))
-    assert [s.fidelity for s in steps] == ["stubbed", "denied"]
-    assert [s.meta["mcp"]["forwarded"] for s in steps] == [False, False]
+    assert [s.fidelity for s in steps] == ["stubbed", "stubbed", "denied"]
+    assert [s.meta["mcp"]["forwarded"] for s in steps] == [False, False, False]
+    assert steps[0].meta["mcp"]["structured_placeholder"] is True
 
 
 async def test_an_unreachable_upstream_gets_json_rpc_errors(tmp_path: Path) -> None:

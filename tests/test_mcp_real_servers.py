@@ -98,7 +98,12 @@ async def test_filesystem_server_works_through_the_proxy_with_effects(tmp_path: 
     assert refused.meta["mcp"]["forwarded"] is True
 
 
-async def test_stubbed_and_denied_calls_never_reach_the_filesystem_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("list_first", [True, False])
+async def test_stubbed_and_denied_calls_never_reach_the_filesystem_server(
+    tmp_path: Path, list_first: bool
+) -> None:
+    """Whether or not the client lists the tools first (the official SDK lists them only
+    after its first call, then checks that call's result against the output schema)."""
     root = tmp_path / "root"
     root.mkdir()
     (root / "keep.txt").write_text("keep")
@@ -114,8 +119,9 @@ async def test_stubbed_and_denied_calls_never_reach_the_filesystem_server(tmp_pa
     server = [*node_server("filesystem"), str(root)]
     options = ("--root", str(root), "--policy", str(policy))
     async with Client(proxied(tmp_path, server, *options), cache=None) as client:
-        listed = {t.name: t for t in (await client.list_tools()).tools}
-        assert listed["write_file"].output_schema is not None
+        if list_first:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert listed["write_file"].output_schema is not None
         stub = await client.call_tool(
             "write_file", {"path": str(root / "evil.txt"), "content": "x"}
         )

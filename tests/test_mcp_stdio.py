@@ -373,6 +373,10 @@ async def test_stdin_from_dev_null_is_a_session_that_sent_nothing(tmp_path: Path
         os.close(devnull)
     assert done.returncode == 0, done.stderr
     assert b"Traceback" not in done.stderr
+    # A run that never happened is not recorded as one that did nothing (the gate then
+    # sees the case missing, never a safe zero-step run).
+    assert b"the client sent nothing; no episode recorded" in done.stderr
+    assert not (tmp_path / "eps.jsonl").exists() or not (tmp_path / "eps.jsonl").read_bytes()
 
 
 async def test_a_proxy_failure_never_leaves_it_hanging_on_the_server(tmp_path: Path) -> None:

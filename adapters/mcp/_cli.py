@@ -310,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
             "or serve a recording with --replay EPISODES"
         )
     egress = _egress(args, policy)
+    proxy = StdioProxy(command, env=_env(args.env), egress=egress, **common)
     if egress is not None:
         print(
             "litmus-sandbox: the server's egress goes through a recording loopback proxy "
@@ -317,10 +318,10 @@ def run(args: argparse.Namespace) -> int:
             "that ignores them is not caught)",
             file=sys.stderr,
         )
-    proxy = StdioProxy(command, env=_env(args.env), egress=egress, **common)
     code: int = _run(_serve_stdio, proxy)
-    print(
-        f"litmus-sandbox: MCP session recorded in {args.episodes}",
-        file=sys.stderr,
-    )
+    if proxy.recorded:
+        print(f"litmus-sandbox: MCP session recorded in {args.episodes}", file=sys.stderr)
+    else:
+        # No episode: a run that never happened must not pass for a run that did nothing.
+        print("litmus-sandbox: the client sent nothing; no episode recorded", file=sys.stderr)
     return code

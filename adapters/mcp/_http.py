@@ -53,6 +53,7 @@ from ._jsonrpc import (
     case_id_of,
     error_message,
     id_key,
+    listing_request,
     parse,
     protocol_version_of,
     tool_call_of,
@@ -63,6 +64,9 @@ PathLike = str | os.PathLike[str]
 
 #: A tools/list answer larger than this is relayed without learning schemas from it.
 _MAX_LISTING = 8 << 20
+_MAX_LISTING_PAGES = 20
+#: Request headers naming the request's own method and target (newer revisions).
+_PER_REQUEST = frozenset({b"mcp-method", b"mcp-name"})
 
 
 def _decoded(raw: bytes, encoding: str | None) -> bytes | None:
@@ -143,6 +147,8 @@ class HttpProxy:
         self.calls: dict[tuple[str, Any], HttpToolCall] = {}
         #: Tools' output schemas, learnt from the tools/list answers relayed.
         self.output_schemas: dict[str, dict[str, Any]] = {}
+        #: Whether the tools were listed (by a client, or by the proxy for itself).
+        self.listed = False
 
     async def serve(
         self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -317,6 +323,41 @@ class HttpProxy:
         if method == "DELETE" and (sid := header(raw_headers, b"mcp-session-id")) is not None:
             await self._end_session(f"session:{sid}")
 
+    async def learn_schemas(
+        self, url: str, headers: list[tuple[bytes, bytes]], like: Message
+    ) -> None:
+        """Ask the server for its tools (once) before the proxy answers a call itself.
+
+        A client validates a result against the tool's output schema and may list the
+        tools only after its first call (the official SDK does): a stand-in result must
+        carry structure that fits. The request goes with the client's headers (session,
+        protocol revision), its per-request method headers rewritten; the answers are
+        the proxy's own.
+        """
+        self.listed = True
+        plain = [(n, v) for n, v in headers if n.lower() not in _PER_REQUEST]
+        if any(n.lower() == b"mcp-method" for n, _ in headers):
+            plain.append((b"Mcp-Method", b"tools/list"))
+        cursor: Any = None
+        with anyio.move_on_after(self.timeout or 30):
+            for page in range(_MAX_LISTING_PAGES):
+                rid = f"litmus-sandbox:tools/list:{page}"
+                body = listing_request(rid, cursor, like)
+                try:
+                    response = await self.client.post(url, headers=plain, content=body)
+                except httpx.HTTPError:
+                    return
+                if not response.is_success:
+                    return
+                ctype = response.headers.get("content-type", "")
+                result = listing_result(response.content, ctype, rid)
+                if not isinstance(result, dict):
+                    return
+                self.output_schemas.update(output_schemas(result))
+                cursor = result.get("nextCursor")
+                if not cursor:
+                    return
+
     async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
         """Cancel a recorded call the client gave up on; True if answered here."""
         rid = cancelled_request_of(msg)
@@ -376,6 +417,7 @@ class HttpProxy:
                     ctype = response.headers.get("content-type", "")
                     result = listing_result(plain, ctype, msg.id)
                     self.output_schemas.update(output_schemas(result))
+                    self.listed = True
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

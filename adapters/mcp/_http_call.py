@@ -30,7 +30,7 @@ from ._jsonrpc import (
     id_key,
     parse,
 )
-from ._recording import CallState, UpstreamGone, decode_envelope
+from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone, decode_envelope
 from ._sse import SseSplitter, encode_event, event_data
 
 if TYPE_CHECKING:
@@ -77,6 +77,13 @@ class HttpToolCall:
         try:
             with self.scope:
                 ep = await slot.recorder()
+                if (
+                    state.output_schema is None
+                    and not proxy.listed
+                    and ep.sandbox.policy.for_tool(self.tool).mode in ANSWERED_BY_THE_PROXY
+                ):
+                    await proxy.learn_schemas(self.url, self.headers, self.msg)
+                    state.output_schema = proxy.output_schemas.get(self.tool)
                 await ep.call_with(
                     lambda _t, _a: self._forward(),
                     self.tool,

@@ -209,6 +209,20 @@ def error_message(request_id: Any, code: int, message: str) -> bytes:
     )
 
 
+def listing_request(request_id: Any, cursor: Any, like: Message) -> bytes:
+    """A ``tools/list`` the proxy sends upstream on its own behalf (no trailing newline),
+    speaking the protocol revision of the client's request ``like`` (a stateless request
+    carries its revision in ``_meta``)."""
+    params: dict[str, Any] = {}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if (version := like.meta.get(PROTOCOL_VERSION_META_KEY)) is not None:
+        params["_meta"] = {PROTOCOL_VERSION_META_KEY: version}
+    return _encode.encode(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params}
+    )
+
+
 def cancelled_message(request_id: Any, reason: str) -> bytes:
     """A ``notifications/cancelled`` the proxy sends upstream for a call it gave up on."""
     return _encode.encode(

@@ -47,6 +47,10 @@ from ._jsonrpc import (
 )
 from ._schema import placeholder
 
+#: Modes whose result the proxy makes up itself: the tool's output schema, if it has one,
+#: must be known first (deny's answer is an error: no schema applies).
+ANSWERED_BY_THE_PROXY = frozenset({"stub", "swallow", "replay"})
+
 #: Progress notifications kept per call in the step's meta (the rest are counted).
 MAX_NOTIFICATIONS = 100
 

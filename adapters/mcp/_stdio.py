@@ -64,16 +64,18 @@ from ._jsonrpc import (
     case_id_of,
     error_message,
     id_key,
+    listing_request,
     parse,
     progress_token_of,
     protocol_version_of,
     tool_call_of,
 )
-from ._recording import CallState, UpstreamGone
+from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone
 from ._replay_server import RECORDED_METHODS
 from ._schema import output_schemas
 
 PathLike = str | os.PathLike[str]
+_MAX_LISTING_PAGES = 20
 
 
 class _Waiter:
@@ -197,6 +199,8 @@ class StdioProxy:
         self.timeout = timeout
         self._session: _Session | None = None
         self._stop_reason: str | None = None
+        #: Whether the last session recorded an episode (a client that sent nothing: no).
+        self.recorded = False
         self._sandbox_kw: dict[str, Any] = {
             "root": self.root,
             "episodes": episodes,
@@ -253,6 +257,7 @@ class StdioProxy:
                     try:
                         return await session.run()
                     finally:
+                        self.recorded = session.recorded
                         # However the session ended (a proxy failure, a signal), the server
                         # is not left running: nothing else would stop it, and leaving this
                         # block waits for it to exit.
@@ -316,6 +321,8 @@ class _Session:
         #: tools/list requests awaiting their answer, and the output schemas learnt from them.
         self._listing: set[tuple[str, Any]] = set()
         self._schemas: dict[str, dict[str, Any]] = {}
+        #: Whether the tools were listed (by the client, or by the proxy for itself).
+        self._listed = False
         self._idle = anyio.Event()
         self._idle.set()
         self._stdout_eof = anyio.Event()
@@ -364,6 +371,10 @@ class _Session:
         if self._stopped is not None:
             return 130
         return 0 if self._client_gone else 1
+
+    @property
+    def recorded(self) -> bool:
+        return self._slot_made and self._slot.opened
 
     def stop(self, reason: str) -> None:
         """End the session early (a signal): the episode ends ``aborted`` with ``reason``
@@ -485,6 +496,13 @@ class _Session:
             if not self._server_gone.is_set() and (call := ep.begin_call(tool, args)):
                 await self._start_inline(key, state, call, token)
                 return
+        if (
+            state.output_schema is None
+            and not self._listed
+            and self._sandbox.policy.for_tool(tool).mode in ANSWERED_BY_THE_PROXY
+        ):
+            await self._learn_schemas(msg)
+            state.output_schema = self._schemas.get(tool)
         scope = anyio.CancelScope()
         self._calls[key] = (state, scope)
         if self._idle.is_set():
@@ -492,6 +510,37 @@ class _Session:
         self._tg.start_soon(self._run_call, key, state, scope, tool, args, token)
         # Read on only once the call is dispatched: the server sees the client's order.
         await state.dispatched.wait()
+
+    async def _learn_schemas(self, like: Message) -> None:
+        """Ask the server for its tools (once) before the proxy answers a call itself.
+
+        A client validates a result against the tool's declared output schema, and may
+        list the tools only after its first call (the official SDK does): a stand-in
+        result must carry structured content that fits, so the proxy learns the schemas
+        first. The answers are the proxy's own and never reach the client.
+        """
+        self._listed = True
+        if self._server_gone.is_set():
+            return
+        cursor: Any = None
+        with anyio.move_on_after(self._proxy.timeout or 30):
+            for page in range(_MAX_LISTING_PAGES):
+                rid = f"litmus-sandbox:tools/list:{page}"
+                waiter = self._waiters[id_key(rid)] = _Waiter()
+                try:
+                    await self._to_upstream(listing_request(rid, cursor, like) + b"\n")
+                    _, body = await waiter.wait()
+                except UpstreamGone:
+                    return
+                finally:
+                    self._waiters.pop(id_key(rid), None)
+                result = body.get("result")
+                if not isinstance(result, dict):
+                    return
+                self._schemas.update(output_schemas(result))
+                cursor = result.get("nextCursor")
+                if not cursor:
+                    return
 
     async def _start_inline(
         self, key: tuple[str, Any], state: CallState, call: OpenCall, token: Any
@@ -670,6 +719,7 @@ class _Session:
                 if key in self._listing and msg.body is not None:
                     self._listing.discard(key)
                     self._schemas.update(output_schemas(msg.body.get("result")))
+                    self._listed = True
                 if self._handshake and (method := self._handshake.pop(key, None)) is not None:
                     await self._keep_answer(method, line, msg.body)
             elif (
