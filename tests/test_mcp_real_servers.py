@@ -192,3 +192,25 @@ async def test_git_server_speaks_the_stateless_revision_through_the_proxy(tmp_pa
     assert [s.fidelity for s in steps] == ["real"] * 4
     assert [s.meta["mcp"]["outcome"] for s in steps[2:]] == ["tool_error", "protocol_error"]
     assert "b.txt" in steps[0].shown.text()
+
+
+async def test_a_stub_fits_a_stateless_servers_output_schema_from_the_first_call(
+    tmp_path: Path,
+) -> None:
+    """The proxy lists the tools itself in the client's own envelope (protocol revision,
+    capabilities), so a stand-in answer fits a schema the client has not fetched yet."""
+    server = [sys.executable, str(Path(__file__).parent / "programs" / "mcp_typed_server.py")]
+    async with Client(direct(server, tmp_path), cache=None) as client:
+        real = await client.call_tool("weather", {"city": "Oslo"})
+    assert real.structured_content == {"city": "Oslo", "celsius": 21.5}
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\nweather = { mode = "stub", result = "sunny" }\n')
+    async with Client(proxied(tmp_path, server, "--policy", str(policy)), cache=None) as client:
+        stub = await client.call_tool("weather", {"city": "Oslo"})
+    assert not stub.is_error
+    assert stub.structured_content == {"city": "sunny", "celsius": 0.0}
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.header.meta["mcp"]["protocol_version"] == "2026-07-28"
+    (step,) = calls(ep)
+    assert step.fidelity == "stubbed"
+    assert step.meta["mcp"]["structured_placeholder"] is True

@@ -26,6 +26,7 @@ from litmus_sandbox import Shown
 CASE_ID_META_KEY = "litmus/case_id"
 #: Present in ``_meta`` on every request of the stateless (2026-07-28) protocol.
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
 #: JSON-RPC error codes the proxy uses for requests the server will never answer
 #: (the codes the TypeScript SDK uses for the same situations).
@@ -211,13 +212,15 @@ def error_message(request_id: Any, code: int, message: str) -> bytes:
 
 def listing_request(request_id: Any, cursor: Any, like: Message) -> bytes:
     """A ``tools/list`` the proxy sends upstream on its own behalf (no trailing newline),
-    speaking the protocol revision of the client's request ``like`` (a stateless request
-    carries its revision in ``_meta``)."""
+    speaking as the client's request ``like`` does: a stateless (2026-07-28) request
+    carries its envelope in ``_meta`` (protocol revision, client capabilities and info,
+    all ``io.modelcontextprotocol/`` keys), which is copied."""
     params: dict[str, Any] = {}
     if cursor is not None:
         params["cursor"] = cursor
-    if (version := like.meta.get(PROTOCOL_VERSION_META_KEY)) is not None:
-        params["_meta"] = {PROTOCOL_VERSION_META_KEY: version}
+    envelope = {k: v for k, v in like.meta.items() if k.startswith(_ENVELOPE_PREFIX)}
+    if envelope:
+        params["_meta"] = envelope
     return _encode.encode(
         {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params}
     )
