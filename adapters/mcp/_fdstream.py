@@ -226,14 +226,34 @@ class FdSendStream(_Fd, ByteSendStream):
                     raise anyio.BrokenResourceError from exc
                 view = view[n:]
             return
+        if not self.send_nowait(item):
+            await self.flush()
+
+    def send_nowait(self, item: bytes) -> bool:
+        """Write what the descriptor takes of ``item`` now; True if all of it went (the
+        common case: no trip through the loop). Otherwise the rest is queued behind what
+        was queued before, and :meth:`flush` writes it.
+
+        Raises:
+            anyio.BrokenResourceError: the reader is gone.
+            anyio.ClosedResourceError: the stream is closed.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if not self._poll:
+            raise RuntimeError("send_nowait needs a pipe or a socket")
+        if self._pending:
+            self._pending += item
+            return False
+        n = self._write(item)
+        if n == len(item):
+            return True
+        self._pending = bytearray(memoryview(item)[n:])
+        return False
+
+    async def flush(self) -> None:
+        """Wait until everything queued is written (cancelled, the rest stays queued)."""
         pending = self._pending
-        if pending:
-            pending += item
-        else:
-            n = self._write(item)
-            if n == len(item):
-                return  # the common case: the pipe took it all, no trip through the loop
-            pending = self._pending = bytearray(memoryview(item)[n:])
         while pending:
             await anyio.wait_writable(self._fd)
             del pending[: self._write(pending)]

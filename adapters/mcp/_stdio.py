@@ -40,6 +40,7 @@ import math
 import os
 import shutil
 import sys
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,8 @@ class _Session:
         # fast_acquire: an uncontended lock must not yield to the loop (latency per call).
         self._to_client_lock = anyio.Lock(fast_acquire=True)
         self._to_upstream_lock = anyio.Lock(fast_acquire=True)
+        #: Lines _to_upstream_now queued while another write held the lock.
+        self._queued: deque[bytes] = deque()
         self._waiters: dict[tuple[str, Any], _Waiter] = {}
         #: Forwarded requests other than tools/call that await an answer (key -> id).
         self._requests: dict[tuple[str, Any], Any] = {}
@@ -409,11 +412,30 @@ class _Session:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._client_gone = True  # keep draining the server so it never blocks
 
+    def _to_upstream_now(self, data: bytes) -> bool:
+        """Write ``data`` to the server without waiting, if it can go at once whole; False
+        when it must be waited for (then ``await _to_upstream(b"")`` finishes it).
+
+        Raises: UpstreamGone: the server's stdin is closed.
+        """
+        if self._to_upstream_lock.locked() or not isinstance(self._upstream_in, FdSendStream):
+            self._queued.append(data)
+            return False
+        try:
+            return self._upstream_in.send_nowait(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise UpstreamGone("the MCP server is gone (its stdin is closed)") from exc
+
     async def _to_upstream(self, data: bytes) -> None:
         """Raises: UpstreamGone: the server's stdin is closed."""
         try:
             async with self._to_upstream_lock:
-                await self._upstream_in.send(data)
+                while self._queued:  # what _to_upstream_now could not write, in order
+                    await self._upstream_in.send(self._queued.popleft())
+                if data:
+                    await self._upstream_in.send(data)
+                elif isinstance(self._upstream_in, FdSendStream):
+                    await self._upstream_in.flush()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise UpstreamGone("the MCP server is gone (its stdin is closed)") from exc
 
@@ -562,9 +584,11 @@ class _Session:
                 self._deadlines.deadline = inline.deadline
         state.forwarded = True
         try:
-            # A write cut short keeps its rest for the next one (see FdSendStream).
-            with anyio.move_on_after(math.inf if call.limit is None else call.limit):
-                await self._to_upstream(state.request)
+            if not self._to_upstream_now(state.request):
+                # The pipe is full (or another write is under way): wait, within the
+                # call's limit; a write cut short keeps its rest for the next one.
+                with anyio.move_on_after(math.inf if call.limit is None else call.limit):
+                    await self._to_upstream(b"")
         except UpstreamGone as exc:
             state.forwarded = False
             self._unforwarded.add(key)
