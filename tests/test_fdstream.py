@@ -190,3 +190,27 @@ def test_what_was_read_ahead_survives_a_change_of_event_loop(pipe: tuple[int, in
     os.write(w, b"ghi\n")
     assert anyio.run(rest) == b"ghi\n"
     anyio.run(source.aclose)
+
+
+async def test_send_nowait_queues_what_the_pipe_cannot_take(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    sink = FdSendStream(w)
+    assert sink.send_nowait(b"small\n")  # the pipe takes it: nothing waits
+    big, after = b"x" * 200_000 + b"\n", b"after\n"
+    assert not sink.send_nowait(big)  # more than the pipe holds: the rest is queued
+    assert not sink.send_nowait(after)  # behind it, never before
+    source = FdReceiveStream(r)
+    got = bytearray()
+    want = b"small\n" + big + after
+
+    async def read_all() -> None:
+        nonlocal got
+        while len(got) < len(want):
+            got += await source.receive()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_all)
+            await sink.flush()
+    await source.aclose()
+    assert bytes(got) == want
