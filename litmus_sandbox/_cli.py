@@ -92,6 +92,26 @@ def _check_output(output: str, inputs: Sequence[str | None]) -> None:
             )
 
 
+def _check_distinct(paths: Sequence[str]) -> None:
+    """Refuse a file given twice (its episodes or verdicts would count twice).
+
+    Raises:
+        LitmusError: names the file.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # reported when it is read
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise LitmusError(
+                f"{path}: given twice (as {seen[key]}); its records would count twice"
+            )
+        seen[key] = path
+
+
 def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
     """As :func:`_check_output`, for a verdict stream (always a file, never stdout)."""
     if output == "-":
@@ -103,6 +123,7 @@ def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.policy])
     config = load_policy(args.policy)
     cache = _open_cache(args)
@@ -143,6 +164,8 @@ def _single_policy(streams: Sequence[VerdictStream]) -> PolicyRecord | None:
 def cmd_gate(args: argparse.Namespace) -> int:
     if args.output == "-":
         args.output = None  # stdout
+    _check_distinct(args.baseline)
+    _check_distinct(args.candidate)
     if args.output:
         inputs = [*args.baseline, *args.candidate, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)
@@ -224,6 +247,7 @@ def _fingerprints_match(config: ScoringConfig, record: PolicyRecord) -> list[str
 
 
 def cmd_rebaseline(args: argparse.Namespace) -> int:
+    _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
     candidate = read_verdicts(args.like) if args.like else None
     record = _single_policy([candidate]) if candidate is not None else None

@@ -51,6 +51,9 @@ ORDERS: tuple[str, ...] = ("strict", "per_tool", "any")
 ON_MISS: tuple[str, ...] = ("error", "spy", "record-new")
 MISS_REASONS: tuple[str, ...] = ("no_match", "out_of_order", "repeated", "recording_exhausted")
 
+#: Argument paths never matched on: MCP's ``_meta`` carries volatile trace ids.
+ALWAYS_IGNORED: tuple[str, ...] = ("$._meta",)
+
 #: How many recorded calls a divergence lists as the closest.
 CLOSEST = 3
 
@@ -63,7 +66,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         on_miss: what the agent gets when no recorded call matches: ``error`` (an error
             result), ``spy`` (the call runs for real and is recorded ``real``) or
             ``record-new`` (like ``spy``, and the call is appended to the cassette).
-        ignore: argument paths that never matter (``$._meta``, ``$.request_id``).
+        ignore: argument paths that never matter (``$.request_id``), besides
+            :data:`ALWAYS_IGNORED`.
 
     Raises:
         ConfigError: an unknown order or on_miss, an unreadable path.
@@ -84,8 +88,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             parse_path(path)
 
     def paths(self) -> tuple[tuple[Segment, ...], ...]:
-        """The ignored paths, parsed."""
-        return tuple(parse_path(p) for p in self.ignore)
+        """The ignored paths, parsed (:data:`ALWAYS_IGNORED` first)."""
+        return tuple(parse_path(p) for p in dict.fromkeys((*ALWAYS_IGNORED, *self.ignore)))
 
 
 def replay_options(value: ReplayOptions | Mapping[str, Any] | None, where: str) -> ReplayOptions:

@@ -332,6 +332,19 @@ def test_output_never_destroys_an_input(suite: Path) -> None:
     assert not (suite / "-").exists()
 
 
+def test_a_file_given_twice_is_refused(suite: Path) -> None:
+    ep = "candidate.episodes.jsonl"
+    r = run("score", ep, f"./{ep}", "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "given twice" in r.stderr
+    run("score", ep, "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
+    r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", "c.jsonl", cwd=suite)
+    assert r.returncode == 2
+    assert "given twice" in r.stderr
+    # The same file on both sides is fine: a run compared with itself.
+    assert run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", cwd=suite).returncode == 0
+
+
 def test_output_through_a_link_replaces_what_it_points_to(suite: Path) -> None:
     (suite / "link.jsonl").symlink_to("target.jsonl")
     r = run(

@@ -264,3 +264,11 @@ def test_in_strict_order_a_permutation_diverges_unless_identical(
     outcomes = [s.match(t, a) for t, a in perm]
     diverged = any(isinstance(o, Divergence) for o in outcomes)
     assert diverged == (list(perm) != list(rec))
+
+
+def test_meta_is_never_matched_on() -> None:
+    """MCP's ``_meta`` carries volatile trace ids: no option is needed to ignore it."""
+    recorded = [call(0, "search", args={"q": "x", "_meta": {"trace": "1"}})]
+    s = session(recorded, order="strict")
+    assert isinstance(s.match("search", {"q": "x", "_meta": {"trace": "2"}}), Served)
+    assert ReplayOptions(ignore=("$._meta",)).paths() == ReplayOptions().paths()
