@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import jsonschema  # type: ignore[import-untyped]
 from hypothesis import given
 from hypothesis import strategies as st
@@ -115,3 +116,34 @@ def test_output_schemas_come_from_a_tools_list_result() -> None:
     assert output_schemas(result) == {"read": schema}
     assert output_schemas({"tools": "nope"}) == {}
     assert output_schemas(None) == {}
+
+
+def test_listing_for_itself_follows_every_page_and_stops() -> None:
+    from litmus_sandbox.adapters.mcp._schema import MAX_LISTING_PAGES, listed_schemas
+
+    pages = {
+        None: {"tools": [{"name": "a", "outputSchema": {"type": "object"}}], "nextCursor": "p2"},
+        "p2": {"tools": [{"name": "b", "inputSchema": {}}, {"name": "c", "outputSchema": {}}]},
+    }
+    asked: list[tuple[str, object]] = []
+
+    async def fetch(rid: str, cursor: object) -> object:
+        asked.append((rid, cursor))
+        return pages.get(cursor)  # type: ignore[call-overload]
+
+    assert anyio.run(listed_schemas, fetch) == {"a": {"type": "object"}, "c": {}}
+    assert [c for _, c in asked] == [None, "p2"]
+    assert len({rid for rid, _ in asked}) == 2  # each request its own id
+
+    async def endless(rid: str, cursor: object) -> object:
+        asked.append((rid, cursor))
+        return {"tools": [], "nextCursor": "again"}
+
+    asked.clear()
+    assert anyio.run(listed_schemas, endless) == {}
+    assert len(asked) == MAX_LISTING_PAGES
+
+    async def nothing(rid: str, cursor: object) -> object:
+        return None
+
+    assert anyio.run(listed_schemas, nothing) == {}

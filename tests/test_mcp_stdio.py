@@ -40,6 +40,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def scripted_proxy(tmp_path: Path, **options: Any) -> Any:
+    """A StdioProxy (the Python API) in front of the scripted server."""
+    # Imported here, not at collection (see test_mcp_sansio.py for why).
+    from litmus_sandbox.adapters.mcp import StdioProxy
+
+    server = Path(__file__).parent / "programs" / "mcp_scripted_server.py"
+    return StdioProxy(
+        [sys.executable, str(server), str(tmp_path / "server")],
+        episodes=tmp_path / "eps.jsonl",
+        root=tmp_path / "root",
+        **options,
+    )
+
+
 @pytest.fixture(params=["watched", "relay"])
 def oracles(request: pytest.FixtureRequest) -> list[str]:
     """Proxy options: the oracles on (each call runs in a task of its own, between the
@@ -381,7 +395,6 @@ async def test_stdin_from_dev_null_is_a_session_that_sent_nothing(tmp_path: Path
 
 async def test_a_proxy_failure_never_leaves_it_hanging_on_the_server(tmp_path: Path) -> None:
     """Whatever breaks the session, the server is stopped and the episode ends aborted."""
-    from litmus_sandbox.adapters.mcp import StdioProxy
 
     class Broken(ByteReceiveStream):
         async def receive(self, max_bytes: int = 65536) -> bytes:
@@ -391,17 +404,7 @@ async def test_a_proxy_failure_never_leaves_it_hanging_on_the_server(tmp_path: P
         async def aclose(self) -> None:
             pass
 
-    proxy = StdioProxy(
-        [
-            sys.executable,
-            str(Path(__file__).parent / "programs" / "mcp_scripted_server.py"),
-            str(tmp_path / "server"),
-        ],
-        episodes=tmp_path / "eps.jsonl",
-        root=tmp_path / "root",
-        case_id="broken",
-        probes=(),
-    )
+    proxy = scripted_proxy(tmp_path, case_id="broken", probes=())
     sink = anyio.create_memory_object_stream[bytes](10)
     with anyio.fail_after(15), pytest.raises(BaseExceptionGroup) as caught:
         await proxy.run(Broken(), _Sink(sink[0]))
@@ -475,22 +478,11 @@ async def test_a_policy_the_session_cannot_honour_is_refused_before_it_starts(
 async def test_in_process_proxy_over_pipes(tmp_path: Path, anyio_backend: str) -> None:
     """The Python API on both backends, through the proxy's own file-descriptor streams."""
     # Imported here, not at collection (see test_mcp_sansio.py for why).
-    from litmus_sandbox.adapters.mcp import StdioProxy
     from litmus_sandbox.adapters.mcp._fdstream import FdReceiveStream, FdSendStream
 
     c2p_r, c2p_w = os.pipe()
     p2c_r, p2c_w = os.pipe()
-    proxy = StdioProxy(
-        [
-            sys.executable,
-            str(Path(__file__).parent / "programs" / "mcp_scripted_server.py"),
-            str(tmp_path / "server"),
-        ],
-        episodes=tmp_path / "eps.jsonl",
-        root=tmp_path / "root",
-        case_id="in-process",
-        env={"LITMUS_TEST_MARK": "1"},
-    )
+    proxy = scripted_proxy(tmp_path, case_id="in-process", env={"LITMUS_TEST_MARK": "1"})
     to_proxy, from_proxy = FdSendStream(c2p_w), FdReceiveStream(p2c_r)
     codes: list[int] = []
 

@@ -58,13 +58,12 @@ from ._jsonrpc import (
     protocol_version_of,
     tool_call_of,
 )
-from ._schema import output_schemas
+from ._schema import listed_schemas, output_schemas
 
 PathLike = str | os.PathLike[str]
 
 #: A tools/list answer larger than this is relayed without learning schemas from it.
 _MAX_LISTING = 8 << 20
-_MAX_LISTING_PAGES = 20
 #: Request headers naming the request's own method and target (newer revisions).
 _PER_REQUEST = frozenset({b"mcp-method", b"mcp-name"})
 
@@ -338,25 +337,20 @@ class HttpProxy:
         plain = [(n, v) for n, v in headers if n.lower() not in _PER_REQUEST]
         if any(n.lower() == b"mcp-method" for n, _ in headers):
             plain.append((b"Mcp-Method", b"tools/list"))
-        cursor: Any = None
+
+        async def fetch(rid: str, cursor: Any) -> Any:
+            body = listing_request(rid, cursor, like)
+            try:
+                response = await self.client.post(url, headers=plain, content=body)
+            except httpx.HTTPError:
+                return None
+            if not response.is_success:
+                return None
+            ctype = response.headers.get("content-type", "")
+            return listing_result(response.content, ctype, rid)
+
         with anyio.move_on_after(self.timeout or 30):
-            for page in range(_MAX_LISTING_PAGES):
-                rid = f"litmus-sandbox:tools/list:{page}"
-                body = listing_request(rid, cursor, like)
-                try:
-                    response = await self.client.post(url, headers=plain, content=body)
-                except httpx.HTTPError:
-                    return
-                if not response.is_success:
-                    return
-                ctype = response.headers.get("content-type", "")
-                result = listing_result(response.content, ctype, rid)
-                if not isinstance(result, dict):
-                    return
-                self.output_schemas.update(output_schemas(result))
-                cursor = result.get("nextCursor")
-                if not cursor:
-                    return
+            self.output_schemas.update(await listed_schemas(fetch))
 
     async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
         """Cancel a recorded call the client gave up on; True if answered here."""

@@ -11,10 +11,10 @@ the stand-in's text in its strings. The step records it as shown.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-__all__ = ["output_schemas", "placeholder"]
+__all__ = ["listed_schemas", "output_schemas", "placeholder"]
 
 _MAX_DEPTH = 16
 
@@ -31,6 +31,32 @@ def output_schemas(result: Any) -> dict[str, dict[str, Any]]:
         name, schema = tool.get("name"), tool.get("outputSchema")
         if isinstance(name, str) and isinstance(schema, Mapping):
             out[name] = dict(schema)
+    return out
+
+
+#: Pages of ``tools/list`` the proxy follows when it lists the tools for itself.
+MAX_LISTING_PAGES = 20
+
+
+async def listed_schemas(
+    fetch_page: Callable[[str, Any], Awaitable[Any]],
+) -> dict[str, dict[str, Any]]:
+    """The output schemas of every page of ``tools/list``, the proxy asking for itself.
+
+    ``await fetch_page(request_id, cursor)`` sends one request (the transport's business)
+    and returns its ``result``, or None when there is none to be had; the pages are
+    followed by ``nextCursor``, at most :data:`MAX_LISTING_PAGES`.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    cursor: Any = None
+    for page in range(MAX_LISTING_PAGES):
+        result = await fetch_page(f"litmus-sandbox:tools/list:{page}", cursor)
+        if not isinstance(result, Mapping):
+            break
+        out.update(output_schemas(result))
+        cursor = result.get("nextCursor")
+        if not cursor:
+            break
     return out
 
 

@@ -73,10 +73,9 @@ from ._jsonrpc import (
 )
 from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone
 from ._replay_server import RECORDED_METHODS
-from ._schema import output_schemas
+from ._schema import listed_schemas, output_schemas
 
 PathLike = str | os.PathLike[str]
-_MAX_LISTING_PAGES = 20
 
 
 class _Waiter:
@@ -544,25 +543,20 @@ class _Session:
         self._listed = True
         if self._server_gone.is_set():
             return
-        cursor: Any = None
+
+        async def fetch(rid: str, cursor: Any) -> Any:
+            waiter = self._waiters[id_key(rid)] = _Waiter()
+            try:
+                await self._to_upstream(listing_request(rid, cursor, like) + b"\n")
+                _, body = await waiter.wait()
+            except UpstreamGone:
+                return None
+            finally:
+                self._waiters.pop(id_key(rid), None)
+            return body.get("result")
+
         with anyio.move_on_after(self._proxy.timeout or 30):
-            for page in range(_MAX_LISTING_PAGES):
-                rid = f"litmus-sandbox:tools/list:{page}"
-                waiter = self._waiters[id_key(rid)] = _Waiter()
-                try:
-                    await self._to_upstream(listing_request(rid, cursor, like) + b"\n")
-                    _, body = await waiter.wait()
-                except UpstreamGone:
-                    return
-                finally:
-                    self._waiters.pop(id_key(rid), None)
-                result = body.get("result")
-                if not isinstance(result, dict):
-                    return
-                self._schemas.update(output_schemas(result))
-                cursor = result.get("nextCursor")
-                if not cursor:
-                    return
+            self._schemas.update(await listed_schemas(fetch))
 
     async def _start_inline(
         self, key: tuple[str, Any], state: CallState, call: OpenCall, token: Any
