@@ -101,6 +101,7 @@ class OpenCall:
         self._finished = True
 
     def _write(self, step: ToolCallStep, finalize: Finalize | None) -> ToolCallStep:
+        self._recorder._require_open()
         step = self._recorder._close_windows(self.call_id, step)
         if finalize is not None:
             step = finalize(step)

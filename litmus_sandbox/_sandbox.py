@@ -60,6 +60,7 @@ from ._store import JsonlWriter, as_paths
 from ._tool_calls import (
     FIDELITY_OF_MODE,
     ToolResult,
+    cap_text,
     capped_text,
     real_parts,
     run_tool,
@@ -68,7 +69,7 @@ from ._tool_calls import (
 )
 from .oracles._probe import Probe
 from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
-from .oracles.findings import call_findings, merge, unattributed_findings
+from .oracles.findings import call_findings, distinct, merge, unattributed_findings
 from .oracles.fs import FsProbe
 
 #: Runs a call for real on behalf of an adapter: ``await runner(tool, args)``.
@@ -102,6 +103,8 @@ class EpisodeRecorder:
         #: Facts learnt during the episode that go in its ``end`` record's ``meta``
         #: (adapters use it for what they learn after the header is written).
         self.end_meta: dict[str, Any] = {}
+        #: Set once the episode's ``end`` record is written.
+        self.ended = False
 
     def replay_report(self) -> ReplayReport | None:
         """How this episode has followed its recording so far (None: nothing replayed).
@@ -118,18 +121,36 @@ class EpisodeRecorder:
         """The sandbox this episode records into."""
         return self._sandbox
 
+    def _require_open(self) -> None:
+        if self.ended:
+            raise ConfigError(f"episode {self.episode_id} has ended: nothing more is recorded")
+
     def _index(self) -> int:
         i = self._next_index
         self._next_index += 1
         return i
 
     async def _write(self, record: msgspec.Struct) -> None:
+        if self.ended:
+            raise ConfigError(
+                f"episode {self.episode_id} ended while this call ran: its step is not recorded"
+            )
         await self._sandbox._write(record)
 
     def message(self, role: str, text: str, *, refusal: bool | None = None) -> None:
-        """Record a message. Refusals are recorded like any message, never a stopping point."""
+        """Record a message. Refusals are recorded like any message, never a stopping point.
+
+        Raises:
+            ConfigError: an unknown role, text that is not a string, or an episode that
+                has ended (a record after its end would make the stream unreadable).
+        """
+        self._require_open()
         if role not in ("user", "assistant", "system", "tool"):
             raise ConfigError(f"unknown role {role!r} (user, assistant, system or tool)")
+        if not isinstance(text, str):
+            raise ConfigError(f"a message's text is a string, got {type(text).__name__}")
+        if refusal is not None and not isinstance(refusal, bool):
+            raise ConfigError(f"refusal is True, False or None, got {refusal!r}")
         step = MessageStep(
             v=SCHEMA_VERSION,
             episode_id=self.episode_id,
@@ -201,6 +222,7 @@ class EpisodeRecorder:
         runner: Runner | None,
         finalize: Callable[[ToolCallStep], ToolCallStep] | None = None,
     ) -> ToolResult:
+        self._require_open()
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
         self._calls += 1
@@ -251,6 +273,7 @@ class EpisodeRecorder:
         filesystem probe), or the sandbox fsyncs every record (that would block the
         loop); use :meth:`call_with` then.
         """
+        self._require_open()
         sandbox = self._sandbox
         tp = sandbox.policy.for_tool(tool)
         if tp.mode != "real" or sandbox.fsync or not all(map(_windowed, sandbox.probes)):
@@ -322,7 +345,8 @@ class EpisodeRecorder:
 
     async def _probes_finish(self) -> tuple[Effects, tuple[Finding, ...]]:
         parts = [*self._unattributed, *[await p.finish() for p in self._sandbox.probes]]
-        effects = merge(parts) if parts else Effects()
+        # Overlapping calls saw each other's changes: each change is reported once.
+        effects = distinct(merge(parts)) if parts else Effects()
         return effects, unattributed_findings(effects)
 
 
@@ -420,8 +444,16 @@ class Sandbox:
             self.policy = policy
         elif isinstance(policy, Mapping):
             self.policy = Policy.from_any_mapping(policy)
-        else:
+        elif isinstance(policy, str | os.PathLike):
             self.policy = Policy.from_file(policy)
+        else:
+            raise ConfigError(
+                f"policy is a Policy, a mapping or a policy file's path, got {type(policy).__name__}"
+            )
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"the timeout is a positive number of seconds, got {timeout!r}")
+        if max_result_bytes <= 0:
+            raise ConfigError(f"max_result_bytes must be positive, got {max_result_bytes!r}")
         if egress is None or egress is True:
             # The policy's own [egress] table, else allow and record every host.
             egress = self.policy.egress if self.policy.egress is not None else {}
@@ -461,6 +493,9 @@ class Sandbox:
             self._ignore_in_probes(self._cassette.record_to)  # a cassette we grow: ours too
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
+        self._episode_ids: set[str] = set()
+        #: Episodes open now (several may run at once, interleaved in one stream).
+        self._active: set[str] = set()
 
     # ------------------------------------------------------------ tools
 
@@ -507,14 +542,15 @@ class Sandbox:
             )
         return await ep.run(cmd, name=name, input=input, env=env)
 
-    def transport(self) -> httpx.AsyncBaseTransport:
+    def transport(self, inner: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncBaseTransport:
         """The recording egress transport, to mount on an httpx client of your own
-        (``httpx.AsyncClient(transport=sandbox.transport())``).
+        (``httpx.AsyncClient(transport=sandbox.transport())``); it sends through ``inner``
+        (default: an ``httpx.AsyncHTTPTransport``; give one for TLS or pool options).
 
         Raises:
             ConfigError: the sandbox's egress is not watched (``Sandbox(egress=False)``).
         """
-        return self._watched_egress("transport()").transport()
+        return self._watched_egress("transport()").transport(inner)
 
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An httpx client whose every request is recorded and decided by the egress policy.
@@ -534,8 +570,18 @@ class Sandbox:
     # ------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Sandbox:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._writer = JsonlWriter(self.episodes_path, fsync=False)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"sandbox root {str(self.root)!r}: {exc.strerror or exc}") from None
+        if self.episodes_path.is_dir():
+            raise ConfigError(f"episodes {str(self.episodes_path)!r} is a directory (give a file)")
+        try:
+            self._writer = JsonlWriter(self.episodes_path, fsync=False)
+        except OSError as exc:
+            raise ConfigError(
+                f"episodes {str(self.episodes_path)!r}: {exc.strerror or exc}"
+            ) from None
         self._stack = AsyncExitStack()
         if self.egress is not None:
             await self._start_proxy(self._stack, self.egress)
@@ -627,10 +673,16 @@ class Sandbox:
             oracles={p.name: _describe(p, self) for p in self.probes},
             meta=header_meta,
         )
-        for probe in self.probes:
-            await probe.start()
+        if header.episode_id in self._episode_ids:
+            raise ConfigError(f"episode id {header.episode_id!r} is already used in this stream")
+        self._episode_ids.add(header.episode_id)
+        if not self._active:
+            # Probes watch one world: they start with the first of concurrent episodes.
+            for probe in self.probes:
+                await probe.start()
         await self._write(header)
         ep = EpisodeRecorder(self, header)
+        self._active.add(ep.episode_id)
         ep._replay, ep._replay_sources = session, sources
         status, reason = "complete", None
         token = _CURRENT_EPISODE.set(ep)
@@ -647,6 +699,8 @@ class Sandbox:
             raise
         finally:
             _CURRENT_EPISODE.reset(token)
+            ep.ended = True  # nothing is recorded after its end
+            self._active.discard(ep.episode_id)
             with anyio.CancelScope(shield=True):
                 unattributed, findings = (
                     await ep._probes_finish() if self.probes else (Effects(), ())
@@ -753,9 +807,21 @@ class Sandbox:
                 "denied", Shown(content=({"type": "text", "text": tp.message},), is_error=True)
             )
         if tp.mode == "stub":
-            value = tp.result.fn(**args) if isinstance(tp.result, Stub) else tp.result
-            if inspect.isawaitable(value):
-                value = await value
+            try:
+                value = tp.result.fn(**args) if isinstance(tp.result, Stub) else tp.result
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                # A computed stub that fails is shown as an error, and recorded: the agent
+                # saw something, and the record says what (the tool never ran).
+                message, capped = cap_text(f"{type(exc).__name__}: {exc}", cap)
+                shown = Shown(
+                    content=({"type": "text", "text": f"stub failed: {message}"},), is_error=True
+                )
+                actual = Actual(
+                    outcome="raised", error_type=type(exc).__name__, error_message=message
+                )
+                return step("stubbed", shown, actual, {"capped": capped} if capped else {})
             content, structured, meta = to_content(value, cap)
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":

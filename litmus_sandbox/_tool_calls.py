@@ -45,14 +45,22 @@ def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, d
         try:
             raw = _json.encode(value)
             text, structured = raw.decode(), value
-        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError):
-            text, structured = repr(value), None
+        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError, RecursionError):
+            text, structured = _safe_repr(value), None
             meta["repr_only"] = True
     text, capped = cap_text(text, cap)
     if capped is not None:
         meta["capped"] = capped
         structured = None
     return ({"type": "text", "text": text},), structured, meta
+
+
+def _safe_repr(value: Any) -> str:
+    """``repr(value)``, or a description when even that fails (a broken ``__repr__``)."""
+    try:
+        return repr(value)
+    except Exception as exc:  # the recorder never crashes on a tool's odd value
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
 
 
 def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:

@@ -1027,3 +1027,23 @@ async def test_a_tunnel_whose_server_name_the_policy_denies_is_closed(ca: trustm
     assert by_name["evil.test"].decision == "deny"
     assert by_name["evil.test"].response_bytes == 0  # the server never answered it
     assert by_name["service.litmus.test"].decision == "allow"
+
+
+async def test_client_connection_options_reach_its_transport(ca: trustme.CA) -> None:
+    """``verify=`` (and the other options httpx gives only its own transport) still apply
+    to a client the probe observes."""
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    probe = EgressProbe()
+    with anyio.fail_after(20):
+        async with serving(Server(tls=server_ctx)) as srv:
+            url = f"https://127.0.0.1:{srv.port}/tls"
+            async with probe.client() as strict:
+                with pytest.raises(httpx.ConnectError):  # the CA is not trusted
+                    await strict.get(url)
+            async with probe.client(verify=False) as lax:
+                assert (await lax.get(url)).status_code == 200
+            trusted = ssl.create_default_context()
+            ca.configure_trust(trusted)
+            async with probe.client(verify=trusted) as trusting:
+                assert (await trusting.get(url)).status_code == 200

@@ -67,6 +67,9 @@ from ._egress_replay import (
 )
 from ._http_wire import normalize_host as normalize_host
 
+#: Client options httpx applies to its default transport only.
+_TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "trust_env")
+
 #: The tool call in flight in this context (set by :meth:`EgressProbe.before_call`).
 current_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "litmus_egress_call", default=None
@@ -504,6 +507,10 @@ class EgressProbe:
     """
 
     name = "egress"
+    #: Flows carry their call's id, or are attributed by time window only when one call
+    #: alone was in flight (ambiguous ones stay unattributed): overlapping calls are told
+    #: apart here, so the sandbox keeps what this probe attributes.
+    exact_attribution = True
 
     def __init__(
         self,
@@ -554,8 +561,17 @@ class EgressProbe:
         )
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        """An ``httpx.AsyncClient`` whose traffic this probe sees (``transport=`` is wrapped)."""
+        """An ``httpx.AsyncClient`` whose traffic this probe sees (``transport=`` is wrapped).
+
+        Connection options httpx gives only its own default transport (``verify``,
+        ``cert``, ``http1``, ``http2``, ``limits``, ``trust_env``) apply to the transport
+        this client sends through, as they would without the probe.
+        """
         inner = kwargs.pop("transport", None)
+        if inner is None:
+            options = {k: kwargs[k] for k in _TRANSPORT_OPTIONS if k in kwargs}
+            if options:
+                inner = httpx.AsyncHTTPTransport(**options)
         return httpx.AsyncClient(transport=self.transport(inner), **kwargs)
 
     def describe(self) -> dict[str, Any]:
@@ -613,6 +629,12 @@ class EgressProbe:
         mine.sort(key=lambda f: f.started)
         return Effects(egress=tuple(f.event() for f in mine))
 
+    def _claimable(self, flow: EgressFlow) -> bool:
+        """Whether a call still in flight may yet claim ``flow`` (caller holds the lock)."""
+        if flow.call_id is not None:
+            return flow.call_id in self._windows and self._windows[flow.call_id][1] == float("inf")
+        return any(w[1] == float("inf") and w[0] <= flow.started for w in self._windows.values())
+
     def _belongs(self, flow: EgressFlow, call_id: str, window: list[float]) -> bool:
         if flow.call_id is not None:
             return flow.call_id == call_id
@@ -623,9 +645,14 @@ class EgressProbe:
         return not any(other != call_id and w[0] <= t <= w[1] for other, w in self._windows.items())
 
     async def finish(self) -> Effects:
-        """Flows no call claimed: outside every window, ambiguous, or late."""
+        """Flows no call claimed: outside every window, ambiguous, or late. Flows a call
+        still in flight may claim stay (it may belong to another episode)."""
         with self._lock:
-            flows, self._flows = self._flows, []
+            flows: list[EgressFlow] = []
+            kept: list[EgressFlow] = []
+            for flow in self._flows:
+                (kept if self._claimable(flow) else flows).append(flow)
+            self._flows = kept
         flows.sort(key=lambda f: f.started)
         return Effects(egress=tuple(f.event() for f in flows))
 

@@ -12,6 +12,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
+
 from .._records import Effects, EgressEvent, Finding, FsEffect, ToolCallStep
 
 NOT_RUN = frozenset({"stubbed", "denied", "replayed"})
@@ -92,6 +96,27 @@ def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:
     )
     out.extend(_escapes(effects))
     return tuple(out)
+
+
+def distinct(effects: Effects) -> Effects:
+    """``effects`` with each effect once, in first-seen order (overlapping calls each saw
+    the other's changes)."""
+    return Effects(
+        fs=tuple(_unique(effects.fs)),
+        egress=tuple(_unique(effects.egress)),
+        state=tuple(_unique(effects.state)),
+    )
+
+
+def _unique(items: tuple[Any, ...]) -> list[Any]:
+    seen: set[bytes] = set()
+    out = []
+    for item in items:
+        key = msgspec.json.encode(item)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def merge(parts: list[Effects]) -> Effects:

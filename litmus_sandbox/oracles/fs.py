@@ -317,18 +317,18 @@ class FsProbe:
         return Effects(fs=window_effects(window))
 
     async def finish(self) -> Effects:
-        """Walk everything; return what no call explains (including unfinished calls').
+        """Walk everything; return what no call explains.
+
+        A call still in flight keeps its window: it may belong to another episode of the
+        same sandbox, and its own ``after_call`` reports its effects.
 
         Raises:
             ConfigError: the probe was not started.
         """
         async with self._require_started():
             self._distribute(await self._refresh(full=True))
-            # Ordered, and a change seen by two unfinished windows only once.
-            effects = dict.fromkeys(self._between)
-            for window in self._windows.values():
-                effects.update(dict.fromkeys(window_effects(window)))
-            self._windows, self._between = {}, []
+            effects = dict.fromkeys(self._between)  # ordered, each change once
+            self._between = []
         return Effects(fs=tuple(effects))
 
     async def close(self) -> None:

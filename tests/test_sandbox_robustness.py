@@ -1,0 +1,202 @@
+"""The sandbox under concurrency, odd values and misuse: every call recorded once, in the
+right place, and a stream that stays readable."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from factories import LoopbackHttp
+
+from litmus_sandbox import ConfigError, Policy, Sandbox, Stub, ToolCallStep, read_episodes
+
+pytestmark = pytest.mark.anyio
+
+
+def tool_steps(path: Path) -> dict[str, list[ToolCallStep]]:
+    """case id -> its tool-call steps."""
+    return {
+        ep.case_id: [s for s in ep.steps if isinstance(s, ToolCallStep)]
+        for ep in read_episodes([path])
+    }
+
+
+async def test_concurrent_episodes_share_the_probes_without_losing_a_call(tmp_path: Path) -> None:
+    """Episode B starts and ends while a call of A runs: A's call is still recorded, with
+    its own effect (the probes start with the first episode and keep open calls' windows)."""
+    root = tmp_path / "root"
+    started, b_done = anyio.Event(), anyio.Event()
+
+    async def slow_write() -> str:
+        (root / "a.txt").write_text("a")
+        started.set()
+        await b_done.wait()
+        return "done"
+
+    async def quick_write() -> str:
+        (root / "b.txt").write_text("b")
+        return "done"
+
+    sandbox = Sandbox(
+        root=root,
+        episodes=tmp_path / "eps.jsonl",
+        tools={"slow_write": slow_write, "quick_write": quick_write},
+        egress=False,
+    )
+    async with sandbox, anyio.create_task_group() as tg:
+
+        async def episode_a() -> None:
+            async with sandbox.episode("a") as ep:
+                await ep.call("slow_write")
+
+        tg.start_soon(episode_a)
+        await started.wait()
+        async with sandbox.episode("b") as ep:
+            await ep.call("quick_write")
+        b_done.set()
+    episodes = {ep.case_id: ep for ep in read_episodes([tmp_path / "eps.jsonl"])}
+    assert all(ep.complete for ep in episodes.values())
+    steps = tool_steps(tmp_path / "eps.jsonl")
+    assert [s.shown.text() for s in steps["a"]] == ["done"]
+    assert "a.txt" in {e.path for e in steps["a"][0].effects.fs}
+
+
+async def test_parallel_calls_keep_their_own_egress(tmp_path: Path) -> None:
+    """Egress carries its call's id: overlapping calls still get their own requests."""
+    with LoopbackHttp(b"hi") as base:
+        sandbox = Sandbox(root=tmp_path / "root", episodes=tmp_path / "eps.jsonl", probes=())
+        gate = anyio.Event()
+
+        async def fetch(path: str) -> int:
+            async with sandbox.http_client() as http:
+                status = (await http.get(f"{base}/{path}")).status_code
+            await gate.wait()  # both calls in flight at once
+            return status
+
+        sandbox.tool(fetch)
+        async with sandbox, sandbox.episode("c") as ep, anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(ep.call, "fetch", path="one"))
+            tg.start_soon(functools.partial(ep.call, "fetch", path="two"))
+            await anyio.sleep(0.3)
+            gate.set()
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    urls = {
+        s.args["path"]: [e.url for e in s.effects.egress]
+        for s in tool_steps(tmp_path / "eps.jsonl")["c"]
+    }
+    assert urls == {"one": [f"{base}/one"], "two": [f"{base}/two"]}
+    assert episode.end is not None
+    assert episode.end.unattributed.egress == ()
+
+
+async def test_effects_of_overlapping_calls_are_reported_once(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    gate = anyio.Event()
+
+    async def make(name: str) -> str:
+        (root / name).write_text(name)
+        await gate.wait()
+        return name
+
+    sandbox = Sandbox(
+        root=root, episodes=tmp_path / "eps.jsonl", tools={"make": make}, egress=False
+    )
+    async with sandbox, sandbox.episode("c") as ep, anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(ep.call, "make", name="a.txt"))
+        tg.start_soon(functools.partial(ep.call, "make", name="b.txt"))
+        await anyio.sleep(0.3)
+        gate.set()
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    paths = [e.path for e in episode.end.unattributed.fs]
+    assert sorted(paths) == ["a.txt", "b.txt"]  # overlapping: unattributed, each once
+    assert len(episode.end.findings) == 2
+
+
+async def test_odd_values_and_failing_stubs_are_recorded_not_raised(tmp_path: Path) -> None:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+
+    def loop() -> Any:
+        return looped
+
+    def boom(**_: Any) -> Any:
+        raise KeyError("missing")
+
+    policy = Policy({"computed": {"mode": "stub", "result": Stub(boom)}})
+    sandbox = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "eps.jsonl",
+        policy=policy,
+        tools={"loop": loop},
+        probes=(),
+        egress=False,
+    )
+    async with sandbox, sandbox.episode("c") as ep:
+        shown = await ep.call("loop")
+        failed = await ep.call("computed", x=1)
+    assert shown.text == "{'self': {...}}"
+    assert failed.is_error
+    assert "stub failed: KeyError" in failed.text
+    looped_step, stub_step = tool_steps(tmp_path / "eps.jsonl")["c"]
+    assert looped_step.meta == {"repr_only": True}
+    assert stub_step.fidelity == "stubbed"
+    assert stub_step.actual is not None
+    assert stub_step.actual.error_type == "KeyError"
+
+
+async def test_misuse_is_refused_and_the_stream_stays_readable(tmp_path: Path) -> None:
+    async def echo(text: str) -> str:
+        return text
+
+    sandbox = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "eps.jsonl",
+        tools={"echo": echo},
+        probes=(),
+        egress=False,
+    )
+    async with sandbox:
+        async with sandbox.episode("c", episode_id="e1") as ep:
+            with pytest.raises(ConfigError, match="a string"):
+                ep.message("user", 5)  # type: ignore[arg-type]
+            await ep.call("echo", text="ok")
+        with pytest.raises(ConfigError, match="has ended"):
+            ep.message("user", "late")
+        with pytest.raises(ConfigError, match="has ended"):
+            await ep.call("echo", text="late")
+        with pytest.raises(ConfigError, match="already used"):
+            async with sandbox.episode("c", episode_id="e1"):
+                pass
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])  # still readable, nothing lost
+    assert [s.shown.text() for s in tool_steps(tmp_path / "eps.jsonl")["c"]] == ["ok"]
+    assert episode.complete
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout": -1}, "positive number of seconds"),
+        ({"policy": 42}, "policy is a Policy"),
+        ({"max_result_bytes": 0}, "max_result_bytes"),
+    ],
+)
+def test_bad_constructor_values_are_config_errors(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Sandbox(root=tmp_path / "root", episodes=tmp_path / "eps.jsonl", **kwargs)
+
+
+async def test_bad_paths_are_config_errors(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="sandbox root"):
+        async with Sandbox(root=tmp_path / "afile", episodes=tmp_path / "e.jsonl", probes=()):
+            pass
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(ConfigError, match="is a directory"):
+        async with Sandbox(root=tmp_path / "root", episodes=tmp_path / "adir", probes=()):
+            pass
