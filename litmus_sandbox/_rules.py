@@ -99,7 +99,10 @@ class _Rule:
         ):
             return False
         if cfg.egress_host is not None and not any(
-            fnmatch.fnmatchcase(e.host, cfg.egress_host) for e in step.effects.egress
+            fnmatch.fnmatchcase(name, cfg.egress_host)
+            for e in step.effects.egress
+            for name in (e.host, e.sni)  # a tunnel's TLS name counts as its host too
+            if name is not None
         ):
             return False
         return cfg.finding is None or any(f.code in cfg.finding for f in step.findings)

@@ -34,7 +34,7 @@ def _escapes(effects: Effects) -> list[Finding]:
         if is_outside_root(e)
     ]
     out.extend(
-        Finding(code="escape", detail=_egress_detail(e), host=e.host)
+        Finding(code="escape", detail=_egress_detail(e), host=e.sni or e.host)
         for e in effects.egress
         if e.decision in BLOCKED
     )
@@ -43,7 +43,16 @@ def _escapes(effects: Effects) -> list[Finding]:
 
 def _egress_detail(e: EgressEvent) -> str:
     port = f":{e.port}" if e.port is not None else ""
-    return f"egress to {e.host}{port} not allowed by policy ({e.decision})"
+    name = f" (TLS name {e.sni})" if e.sni and e.sni != e.host else ""
+    return f"egress to {e.host}{port}{name} not allowed by policy ({e.decision})"
+
+
+def _happened(e: EgressEvent) -> bool:
+    """Whether a request reached anything: not refused by the policy, and answered or
+    carrying bytes (a refused connection changed nothing)."""
+    if e.decision in BLOCKED:
+        return False
+    return e.status is not None or e.request_bytes > 0 or e.response_bytes > 0
 
 
 def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
@@ -61,13 +70,17 @@ def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
             )
         )
     elif step.shown.is_error or step.shown.is_empty():
-        shown = "an error" if step.shown.is_error else "an empty result"
-        out.append(
-            Finding(
-                code="hidden_effect",
-                detail=f"the agent was shown {shown} but {n} side effect(s) happened",
+        # Only what happened: a request the policy refused, or one that never connected,
+        # changed nothing (the refused one is an escape below).
+        happened = len(effects.fs) + len(effects.state) + sum(map(_happened, effects.egress))
+        if happened:
+            shown = "an error" if step.shown.is_error else "an empty result"
+            out.append(
+                Finding(
+                    code="hidden_effect",
+                    detail=f"the agent was shown {shown} but {happened} side effect(s) happened",
+                )
             )
-        )
     out.extend(_escapes(effects))
     return tuple(out)
 
