@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -97,6 +98,8 @@ class EpisodeRecorder:
         self._calls = 0
         self._in_flight: set[str] = set()
         self._overlapped: set[str] = set()
+        #: Set when each sync tool's thread ends (one abandoned at a timeout runs on).
+        self._threads: list[threading.Event] = []
         self._unattributed: list[Effects] = []
         self._replay: ReplaySession | None = None
         self._replay_sources: tuple[str, ...] = ()
@@ -316,6 +319,11 @@ class EpisodeRecorder:
         if self._in_flight:
             # Calls that overlap cannot be told apart by probes that only see the world.
             self._overlapped.update(self._in_flight)
+            self._overlapped.add(call_id)
+        self._threads = [t for t in self._threads if not t.is_set()]
+        if self._threads:
+            # A sync tool abandoned at its timeout still runs in its thread: what it does
+            # now would land on this call, so this call's effects are unattributed.
             self._overlapped.add(call_id)
         self._in_flight.add(call_id)
 
@@ -839,7 +847,7 @@ class Sandbox:
                     source=ReplaySource(episode_id=recorded.episode_id, step=recorded.index),
                 )
             return await self._replay_miss(ep, outcome, call_id, tool, args, tp, started, runner)
-        return await self._execute(step, tool, args, tp, runner)
+        return await self._execute(ep, step, tool, args, tp, runner)
 
     async def _replay_miss(
         self,
@@ -890,6 +898,7 @@ class Sandbox:
 
     async def _execute(
         self,
+        ep: EpisodeRecorder,
         step: Callable[..., ToolCallStep],
         tool: str,
         args: dict[str, Any],
@@ -913,7 +922,7 @@ class Sandbox:
         if fn is None:
             raise ConfigError(f"no tool named {tool!r} is registered with the sandbox")
         timeout = tp.timeout if tp.timeout is not None else self.timeout
-        outcome = await run_tool(fn, args, timeout)
+        outcome = await run_tool(fn, args, timeout, ep._threads if self.probes else None)
         shown, actual, meta = real_parts(outcome, cap, timeout)
         if not swallow:
             return step("real", shown, actual, meta)

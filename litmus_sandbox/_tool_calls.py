@@ -7,9 +7,9 @@ capped with size and hash when huge), and the timed invocation of sync or async 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -94,16 +94,30 @@ class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):
     error_message: str | None = None
 
 
-async def invoke_tool(fn: Callable[..., Any], args: dict[str, Any]) -> CallOutcome:
+async def invoke_tool(
+    fn: Callable[..., Any],
+    args: dict[str, Any],
+    threads: list[threading.Event] | None = None,
+) -> CallOutcome:
+    """Run a tool. A sync tool runs in a worker thread; with ``threads``, an event set
+    when that thread ends is appended to it (a thread abandoned at a timeout runs on)."""
     try:
         if inspect.iscoroutinefunction(fn):
             value = await fn(**args)
         else:
             # Sync tools run in a worker thread so the loop never blocks; on timeout the
             # thread is abandoned (it cannot be interrupted) and the call recorded as such.
-            value = await anyio.to_thread.run_sync(
-                functools.partial(fn, **args), abandon_on_cancel=True
-            )
+            ended = threading.Event()
+
+            def run() -> Any:
+                try:
+                    return fn(**args)
+                finally:
+                    ended.set()
+
+            if threads is not None:
+                threads.append(ended)
+            value = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
             if inspect.isawaitable(value):
                 value = await value
     except Exception as exc:
@@ -119,12 +133,16 @@ def timeout_outcome(limit: float) -> CallOutcome:
 
 
 async def run_tool(
-    fn: Callable[..., Any], args: dict[str, Any], limit: float | None
+    fn: Callable[..., Any],
+    args: dict[str, Any],
+    limit: float | None,
+    threads: list[threading.Event] | None = None,
 ) -> CallOutcome:
     if limit is None:
-        return await invoke_tool(fn, args)  # no cancel scope on the hot path when unbounded
+        # No cancel scope on the hot path when unbounded.
+        return await invoke_tool(fn, args, threads)
     with anyio.move_on_after(limit):
-        return await invoke_tool(fn, args)
+        return await invoke_tool(fn, args, threads)
     # Only reached when the timeout cancelled the call.
     return timeout_outcome(limit)
 

@@ -4,6 +4,7 @@ right place, and a stream that stays readable."""
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,40 @@ async def test_bad_paths_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is a directory"):
         async with Sandbox(root=tmp_path / "root", episodes=tmp_path / "adir", probes=()):
             pass
+
+
+async def test_a_sync_tool_abandoned_at_its_timeout_is_not_blamed_on_the_next_call(
+    tmp_path: Path,
+) -> None:
+    """Its thread runs on: a later write is unattributed, not the next call's effect."""
+    root = tmp_path / "root"
+
+    def late_writer() -> str:
+        time.sleep(0.4)
+        (root / "late.txt").write_text("late")
+        return "done"
+
+    async def innocent() -> str:
+        await anyio.sleep(0.8)  # the abandoned thread writes meanwhile
+        return "ok"
+
+    policy = Policy({"late_writer": {"mode": "real", "timeout": 0.1}})
+    sandbox = Sandbox(
+        root=root,
+        episodes=tmp_path / "eps.jsonl",
+        policy=policy,
+        tools={"late_writer": late_writer, "innocent": innocent},
+        egress=False,
+    )
+    async with sandbox, sandbox.episode("c") as ep:
+        timed_out = await ep.call("late_writer")
+        await ep.call("innocent")
+    assert timed_out.is_error
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    late, clean = tool_steps(tmp_path / "eps.jsonl")["c"]
+    assert late.actual is not None
+    assert late.actual.outcome == "timeout"
+    assert clean.effects.fs == ()
+    assert clean.findings == ()
+    assert episode.end is not None
+    assert "late.txt" in {e.path for e in episode.end.unattributed.fs}
