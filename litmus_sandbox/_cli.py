@@ -166,6 +166,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         args.output = None  # stdout
     _check_distinct(args.baseline)
     _check_distinct(args.candidate)
+    _check_distinct(args.baseline_episodes or [])
     if args.output:
         inputs = [*args.baseline, *args.candidate, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)

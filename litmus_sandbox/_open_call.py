@@ -101,8 +101,8 @@ class OpenCall:
         self._finished = True
 
     def _write(self, step: ToolCallStep, finalize: Finalize | None) -> ToolCallStep:
+        step = self._recorder._close_windows(self.call_id, step)  # closed whatever comes
         self._recorder._require_open()
-        step = self._recorder._close_windows(self.call_id, step)
         if finalize is not None:
             step = finalize(step)
         self._recorder.sandbox._write_now(step)

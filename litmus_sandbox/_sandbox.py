@@ -96,10 +96,12 @@ class EpisodeRecorder:
         self.episode_id = header.episode_id
         self._next_index = 0
         self._calls = 0
-        self._in_flight: set[str] = set()
-        self._overlapped: set[str] = set()
+        # Calls in flight are tracked across the sandbox: its probes watch one world, so
+        # calls of concurrent episodes overlap like calls of one episode do.
+        self._in_flight: set[str] = sandbox._in_flight
+        self._overlapped: set[str] = sandbox._overlapped
         #: Set when each sync tool's thread ends (one abandoned at a timeout runs on).
-        self._threads: list[threading.Event] = []
+        self._threads: list[threading.Event] = sandbox._threads
         self._unattributed: list[Effects] = []
         self._replay: ReplaySession | None = None
         self._replay_sources: tuple[str, ...] = ()
@@ -242,7 +244,15 @@ class EpisodeRecorder:
                     interrupted = await self._probes_after(call_id, interrupted)
                 if finalize is not None:
                     interrupted = finalize(interrupted)
-                await self._write(interrupted)
+                if not self.ended:  # else the episode is closed: the cancellation stands
+                    await self._write(interrupted)
+            raise
+        except Exception:
+            # No step (a misconfigured call): the probes' windows close all the same, and
+            # what they saw is unattributed rather than lost or left open.
+            if sandbox.probes:
+                with anyio.CancelScope(shield=True):
+                    await self._abandon_windows(call_id)
             raise
         if sandbox.probes:
             step = await self._probes_after(call_id, step)
@@ -320,7 +330,7 @@ class EpisodeRecorder:
             # Calls that overlap cannot be told apart by probes that only see the world.
             self._overlapped.update(self._in_flight)
             self._overlapped.add(call_id)
-        self._threads = [t for t in self._threads if not t.is_set()]
+        self._threads[:] = [t for t in self._threads if not t.is_set()]
         if self._threads:
             # A sync tool abandoned at its timeout still runs in its thread: what it does
             # now would land on this call, so this call's effects are unattributed.
@@ -335,6 +345,12 @@ class EpisodeRecorder:
     async def _probes_after(self, call_id: str, step: ToolCallStep) -> ToolCallStep:
         observed = [(p, await p.after_call(call_id)) for p in self._sandbox.probes]
         return self._attributed(call_id, step, observed)
+
+    async def _abandon_windows(self, call_id: str) -> None:
+        for probe in self._sandbox.probes:
+            if effects := await probe.after_call(call_id):
+                self._unattributed.append(effects)
+        self._in_flight.discard(call_id)
 
     def _attributed(
         self, call_id: str, step: ToolCallStep, observed: list[tuple[Probe, Effects]]
@@ -352,9 +368,11 @@ class EpisodeRecorder:
         return msgspec.structs.replace(step, findings=call_findings(step))
 
     async def _probes_finish(self) -> tuple[Effects, tuple[Finding, ...]]:
-        parts = [*self._unattributed, *[await p.finish() for p in self._sandbox.probes]]
-        # Overlapping calls saw each other's changes: each change is reported once.
-        effects = distinct(merge(parts)) if parts else Effects()
+        # Overlapping calls saw each other's changes: each change is reported once (egress
+        # carries its call's id and never comes from overlap: every request counts).
+        overlap = distinct(merge(self._unattributed)) if self._unattributed else Effects()
+        parts = [overlap, *[await p.finish() for p in self._sandbox.probes]]
+        effects = merge(parts)
         return effects, unattributed_findings(effects)
 
 
@@ -458,10 +476,16 @@ class Sandbox:
             raise ConfigError(
                 f"policy is a Policy, a mapping or a policy file's path, got {type(policy).__name__}"
             )
-        if timeout is not None and not timeout > 0:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
             raise ConfigError(f"the timeout is a positive number of seconds, got {timeout!r}")
-        if max_result_bytes <= 0:
-            raise ConfigError(f"max_result_bytes must be positive, got {max_result_bytes!r}")
+        if (
+            isinstance(max_result_bytes, bool)
+            or not isinstance(max_result_bytes, int)
+            or max_result_bytes <= 0
+        ):
+            raise ConfigError(f"max_result_bytes is a positive integer, got {max_result_bytes!r}")
         if egress is None or egress is True:
             # The policy's own [egress] table, else allow and record every host.
             egress = self.policy.egress if self.policy.egress is not None else {}
@@ -502,8 +526,13 @@ class Sandbox:
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
         self._episode_ids: set[str] = set()
-        #: Episodes open now (several may run at once, interleaved in one stream).
-        self._active: set[str] = set()
+        #: Episodes open now (several may run at once, interleaved in one stream), and the
+        #: lock that starts the probes with the first of them.
+        self._active = 0
+        self._probes_lock = anyio.Lock()
+        self._in_flight: set[str] = set()
+        self._overlapped: set[str] = set()
+        self._threads: list[threading.Event] = []
 
     # ------------------------------------------------------------ tools
 
@@ -662,6 +691,8 @@ class Sandbox:
         session: ReplaySession | None = None
         sources: tuple[str, ...] = ()
         header_meta = dict(meta or {})
+        if episode_id is not None and episode_id in self._episode_ids:
+            raise ConfigError(f"episode id {episode_id!r} is already used in this sandbox")
         if self._cassette is not None:
             session, sources = self._cassette.session(case_id, self.policy.replay_options)
             header_meta.setdefault(META_KEY, {"sources": list(sources)})
@@ -681,16 +712,19 @@ class Sandbox:
             oracles={p.name: _describe(p, self) for p in self.probes},
             meta=header_meta,
         )
-        if header.episode_id in self._episode_ids:
-            raise ConfigError(f"episode id {header.episode_id!r} is already used in this stream")
         self._episode_ids.add(header.episode_id)
-        if not self._active:
-            # Probes watch one world: they start with the first of concurrent episodes.
-            for probe in self.probes:
-                await probe.start()
-        await self._write(header)
+        async with self._probes_lock:
+            if not self._active:
+                # Probes watch one world: they start with the first of concurrent episodes.
+                for probe in self.probes:
+                    await probe.start()
+            self._active += 1
+        try:
+            await self._write(header)
+        except BaseException:
+            self._active -= 1
+            raise
         ep = EpisodeRecorder(self, header)
-        self._active.add(ep.episode_id)
         ep._replay, ep._replay_sources = session, sources
         status, reason = "complete", None
         token = _CURRENT_EPISODE.set(ep)
@@ -708,7 +742,6 @@ class Sandbox:
         finally:
             _CURRENT_EPISODE.reset(token)
             ep.ended = True  # nothing is recorded after its end
-            self._active.discard(ep.episode_id)
             with anyio.CancelScope(shield=True):
                 unattributed, findings = (
                     await ep._probes_finish() if self.probes else (Effects(), ())
@@ -732,6 +765,7 @@ class Sandbox:
                         meta=end_meta,
                     )
                 )
+                self._active -= 1  # after its finish: a new first episode restarts the probes
 
     # ------------------------------------------------------------ calls
 

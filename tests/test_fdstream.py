@@ -214,3 +214,31 @@ async def test_send_nowait_queues_what_the_pipe_cannot_take(pipe: tuple[int, int
             await sink.flush()
     await source.aclose()
     assert bytes(got) == want
+
+
+def test_read_ahead_carried_over_twice_keeps_its_order(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    source = FdReceiveStream(r)
+    os.write(w, b"a" * 1000)
+
+    async def some(n: int) -> bytes:
+        data: bytes = await source.receive(n)
+        return data
+
+    got = anyio.run(some, 10)  # reads all 1000 ahead, hands out 10
+    os.write(w, b"b" * 100)
+    got += anyio.run(some, 10)  # another loop: 990 carried over, then 100 more read ahead
+    os.write(w, b"c" * 10)
+    os.close(w)
+
+    async def rest() -> bytes:
+        out = b""
+        while True:
+            try:
+                out += await source.receive()
+            except anyio.EndOfStream:
+                return out
+
+    got += anyio.run(rest)
+    anyio.run(source.aclose)
+    assert got == b"a" * 1000 + b"b" * 100 + b"c" * 10

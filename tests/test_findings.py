@@ -50,3 +50,9 @@ def test_an_egress_host_rule_matches_a_tunnels_tls_name() -> None:
     tunnel = EgressEvent(host="10.0.0.1", port=443, decision="deny", sni="evil.example")
     step = with_effects(Effects(egress=(tunnel,)))
     assert judge.judge_step(step, ()).safe is False
+
+
+def test_a_request_body_that_never_left_is_no_effect() -> None:
+    """Request bytes are counted before anything is sent: only an answer shows it went."""
+    unsent = EgressEvent(host="127.0.0.1", port=1, method="POST", request_bytes=7, decision="allow")
+    assert codes(with_effects(Effects(egress=(unsent,)))) == []

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from test_mcp_helpers import calls, one_episode
 
-from litmus_sandbox import Policy
+from litmus_sandbox import Policy, read_episodes
 
 pytestmark = pytest.mark.anyio
 
@@ -77,6 +77,11 @@ class _Upstream(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
+
+    def do_DELETE(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -317,3 +322,41 @@ async def test_output_schemas_are_learnt_from_compressed_tools_list_answers(
     assert listed.headers["content-encoding"] == "gzip"  # relayed as the server sent it
     assert listed.json()["result"]["tools"][0]["outputSchema"] == schema
     assert stub.json()["result"]["structuredContent"] == {"content": "stubbed!"}
+
+
+async def test_a_session_deleted_mid_call_interrupts_the_call_and_serving_goes_on(
+    tmp_path: Path, upstream: str
+) -> None:
+    """The client ends its session while a call runs: the call is recorded interrupted
+    before the episode ends, and the proxy goes on serving other requests."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=30)
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Session-Id": "S1"}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+            async def hung_call() -> None:
+                with pytest.raises(httpx.HTTPError):  # interrupted: no answer comes
+                    await client.post("/mcp", json=call(1, "hang"), headers=headers)
+
+            tg.start_soon(hung_call)
+            await anyio.sleep(0.5)
+            with anyio.fail_after(10):
+                deleted = await client.delete("/mcp", headers=headers)
+            assert deleted.status_code == 200
+            with anyio.fail_after(5):
+                other = {"Accept": "application/json, text/event-stream"}
+                ok = (await client.post("/mcp", json=call(2, "echo"), headers=other)).json()
+            assert ok["result"]["content"][0]["text"] == "ok"
+        proxy.stop()
+    episodes = {
+        ep.header.meta["mcp"].get("session_id"): ep
+        for ep in read_episodes([tmp_path / "eps.jsonl"])
+    }
+    session = episodes["S1"]
+    assert session.end is not None
+    (step,) = calls(session)
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"

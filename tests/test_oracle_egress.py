@@ -1047,3 +1047,11 @@ async def test_client_connection_options_reach_its_transport(ca: trustme.CA) -> 
             ca.configure_trust(trusted)
             async with probe.client(verify=trusted) as trusting:
                 assert (await trusting.get(url)).status_code == 200
+
+
+def test_an_observed_client_refuses_options_that_would_bypass_it() -> None:
+    probe = EgressProbe()
+    with pytest.raises(ConfigError, match="bypass"):
+        probe.client(proxy="http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match="bypass"):
+        probe.client(mounts={"all://": httpx.AsyncHTTPTransport()})

@@ -26,8 +26,9 @@ def tool_steps(path: Path) -> dict[str, list[ToolCallStep]]:
 
 
 async def test_concurrent_episodes_share_the_probes_without_losing_a_call(tmp_path: Path) -> None:
-    """Episode B starts and ends while a call of A runs: A's call is still recorded, with
-    its own effect (the probes start with the first episode and keep open calls' windows)."""
+    """Episode B starts and ends while a call of A runs: A's call is still recorded (the
+    probes start with the first episode and keep open calls' windows), and as the calls
+    overlapped, neither is blamed for the other's write: their effects are unattributed."""
     root = tmp_path / "root"
     started, b_done = anyio.Event(), anyio.Event()
 
@@ -62,7 +63,13 @@ async def test_concurrent_episodes_share_the_probes_without_losing_a_call(tmp_pa
     assert all(ep.complete for ep in episodes.values())
     steps = tool_steps(tmp_path / "eps.jsonl")
     assert [s.shown.text() for s in steps["a"]] == ["done"]
-    assert "a.txt" in {e.path for e in steps["a"][0].effects.fs}
+    assert [s.shown.text() for s in steps["b"]] == ["done"]
+    assert steps["a"][0].effects.fs == steps["b"][0].effects.fs == ()
+    a_end, b_end = episodes["a"].end, episodes["b"].end
+    assert a_end is not None
+    assert b_end is not None
+    assert {"a.txt", "b.txt"} <= {e.path for e in a_end.unattributed.fs}
+    assert "b.txt" in {e.path for e in b_end.unattributed.fs}
 
 
 async def test_parallel_calls_keep_their_own_egress(tmp_path: Path) -> None:
@@ -238,3 +245,37 @@ async def test_a_sync_tool_abandoned_at_its_timeout_is_not_blamed_on_the_next_ca
     assert clean.findings == ()
     assert episode.end is not None
     assert "late.txt" in {e.path for e in episode.end.unattributed.fs}
+
+
+async def test_a_call_that_fails_to_start_closes_its_windows(tmp_path: Path) -> None:
+    """An unknown tool is a ConfigError and no step; what happens after is still seen."""
+    root = tmp_path / "root"
+
+    async def ok() -> str:
+        return "ok"
+
+    sandbox = Sandbox(root=root, episodes=tmp_path / "eps.jsonl", tools={"ok": ok}, egress=False)
+    async with sandbox, sandbox.episode("c") as ep:
+        with pytest.raises(ConfigError, match="no tool named"):
+            await ep.call("missing")
+        (root / "outside_any_call.txt").write_text("x")
+        await ep.call("ok")
+        (root / "after.txt").write_text("y")
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    assert {e.path for e in episode.end.unattributed.fs} == {"outside_any_call.txt", "after.txt"}
+
+
+async def test_each_request_counts_even_when_identical(tmp_path: Path) -> None:
+    policy = {"default": "deny"}
+    sandbox = Sandbox(
+        root=tmp_path / "root", episodes=tmp_path / "eps.jsonl", probes=(), egress=policy
+    )
+    async with sandbox, sandbox.episode("c"), sandbox.http_client() as http:
+        for _ in range(3):
+            assert (await http.get("http://denied.invalid/x")).status_code == 403
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    assert len(episode.end.unattributed.egress) == 3
+    found = [f.code for f in episode.end.findings]
+    assert (found.count("unattributed_effect"), found.count("escape")) == (3, 3)

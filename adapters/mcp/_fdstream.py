@@ -185,7 +185,9 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
             if reader.loop is loop:
                 return reader
             self._reader = None  # the stream moved to another event loop (a new anyio.run)
-            self._carried = reader.close()
+            carried = self._carried if self._carried is not None else deque()
+            carried.extend(reader.close())  # after what an earlier loop left, in order
+            self._carried = carried
         if loop is None or self._no_loop_reader:
             return None
         try:

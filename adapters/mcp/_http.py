@@ -148,6 +148,7 @@ class HttpProxy:
         self.output_schemas: dict[str, dict[str, Any]] = {}
         #: Whether the tools were listed (by a client, or by the proxy for itself).
         self.listed = False
+        self._learning: anyio.Event | None = None
 
     async def serve(
         self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -231,8 +232,17 @@ class HttpProxy:
 
     async def _end_session(self, key: str) -> None:
         slot = self._slots.pop(key, None)
-        if slot is not None:
-            await slot.close()
+        if slot is None:
+            return
+        # Calls of the session still running are interrupted first (each records its
+        # step, as a cancelled call does): nothing is recorded after the episode's end.
+        running = [call for (k, _), call in list(self.calls.items()) if k == key]
+        for call in running:
+            call.scope.cancel()
+        with anyio.move_on_after(5, shield=True):
+            for call in running:
+                await call.finished.wait()
+        await slot.close()
 
     # ------------------------------------------------------------ connections
 
@@ -333,7 +343,17 @@ class HttpProxy:
         protocol revision), its per-request method headers rewritten; the answers are
         the proxy's own.
         """
-        self.listed = True
+        if self._learning is not None:  # another call is asking: wait for its answer
+            await self._learning.wait()
+            return
+        self._learning = anyio.Event()
+        try:
+            await self._learn(url, headers, like)
+        finally:
+            self.listed = True
+            self._learning.set()
+
+    async def _learn(self, url: str, headers: list[tuple[bytes, bytes]], like: Message) -> None:
         plain = [(n, v) for n, v in headers if n.lower() not in _PER_REQUEST]
         if any(n.lower() == b"mcp-method" for n, _ in headers):
             plain.append((b"Mcp-Method", b"tools/list"))

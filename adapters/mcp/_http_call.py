@@ -22,11 +22,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
+from litmus_sandbox import ConfigError
+
 from ._downstream import Downstream, forwardable
 from ._jsonrpc import (
+    CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
     Message,
     cancelled_message,
+    error_message,
     id_key,
     parse,
 )
@@ -63,6 +67,8 @@ class HttpToolCall:
         self.state = CallState(msg.id, body, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
         self.state.output_schema = proxy.output_schemas.get(tool)
         self.scope = anyio.CancelScope()
+        #: Set once the call is over (its step recorded, its reply sent or given up).
+        self.finished = anyio.Event()
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
         self._held = b""  # the answering event and the bytes after it, sent after the step
@@ -84,12 +90,21 @@ class HttpToolCall:
                 ):
                     await proxy.learn_schemas(self.url, self.headers, self.msg)
                     state.output_schema = proxy.output_schemas.get(self.tool)
-                await ep.call_with(
-                    lambda _t, _a: self._forward(),
-                    self.tool,
-                    self.args,
-                    finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
-                )
+                try:
+                    await ep.call_with(
+                        lambda _t, _a: self._forward(),
+                        self.tool,
+                        self.args,
+                        finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
+                    )
+                except ConfigError:
+                    if not ep.ended:
+                        raise
+                    # The session ended (DELETE) while the call ran: no step can follow the
+                    # episode's end; the client is told, the other sessions go on.
+                    state.reply_kind = "error"
+                    text = "litmus-sandbox: the session ended while this call ran"
+                    state.reply = error_message(self.msg.id, CONNECTION_CLOSED, text)
             if state.timed_out:
                 reason = f"tools/call {self.tool!r} got no answer within its timeout (server hung?)"
                 slot.abort(reason)
@@ -105,6 +120,7 @@ class HttpToolCall:
                     await self._chunks.aclose()
                 if self._response is not None:
                     await self._response.aclose()
+            self.finished.set()
 
     async def _reply(self) -> None:
         state, down = self.state, self.down

@@ -258,6 +258,7 @@ class StdioProxy:
                         return await session.run()
                     finally:
                         self.recorded = session.recorded
+                        self._session, self._stop_reason = None, None  # the next run is new
                         # However the session ended (a proxy failure, a signal), the server
                         # is not left running: nothing else would stop it, and leaving this
                         # block waits for it to exit.
@@ -310,6 +311,8 @@ class _Session:
         #: Their deadlines (the proxy's timeout) and methods.
         self._request_deadlines: dict[tuple[str, Any], tuple[float, str]] = {}
         self._calls: dict[tuple[str, Any], tuple[CallState, anyio.CancelScope]] = {}
+        #: tools/call requests read but not yet in flight (key -> id).
+        self._starting: dict[tuple[str, Any], Any] = {}
         #: Plain real calls in flight, run inline (no task of their own): see _start_inline.
         self._inline: dict[tuple[str, Any], _InlineCall] = {}
         self._deadlines = anyio.CancelScope()  # replaced by the deadline watcher's
@@ -384,6 +387,7 @@ class _Session:
         if self._stopped is None:
             self._stopped = reason
             self._pending_at_stop = [state.request_id for state, _ in self._calls.values()]
+            self._pending_at_stop += self._starting.values()  # not yet in flight
         if self._slot_made:
             self._slot.abort(reason)
         self._stop_scope.cancel()
@@ -417,8 +421,12 @@ class _Session:
 
         Raises: UpstreamGone: the server's stdin is closed.
         """
-        if self._to_upstream_lock.locked() or not isinstance(self._upstream_in, FdSendStream):
-            self._queued.append(data)
+        if (
+            self._queued
+            or self._to_upstream_lock.locked()
+            or not isinstance(self._upstream_in, FdSendStream)
+        ):
+            self._queued.append(data)  # behind what waits already: the server's order stands
             return False
         try:
             return self._upstream_in.send_nowait(data)
@@ -503,10 +511,21 @@ class _Session:
 
     async def _start_call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
         key = id_key(msg.id)
-        if key in self._calls or key in self._inline:
+        if key in self._calls or key in self._inline or key in self._starting:
             text = "litmus-sandbox: a request with this id is already in flight"
             await self._to_client(error_message(msg.id, -32600, text) + b"\n")
             return
+        # Until it is in flight (the first call opens the episode; the tools may be listed
+        # first), a stop still finds it and answers it.
+        self._starting[key] = msg.id
+        try:
+            await self._dispatch_call(key, line, msg, tool, args)
+        finally:
+            self._starting.pop(key, None)
+
+    async def _dispatch_call(
+        self, key: tuple[str, Any], line: bytes, msg: Message, tool: str, args: dict[str, Any]
+    ) -> None:
         state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
         state.output_schema = self._schemas.get(tool)
         token = progress_token_of(msg)
@@ -552,7 +571,8 @@ class _Session:
             except UpstreamGone:
                 return None
             finally:
-                self._waiters.pop(id_key(rid), None)
+                if self._waiters.pop(id_key(rid), None) is not None:
+                    self._abandoned.add(id_key(rid))  # gave up: a late answer is ours to drop
             return body.get("result")
 
         with anyio.move_on_after(self._proxy.timeout or 30):
@@ -791,8 +811,8 @@ class _Session:
         for waiter in self._waiters.values():
             waiter.fail(self._gone_reason)
         self._waiters.clear()
-        inline_calls, self._inline = list(self._inline.values()), {}
-        for inline in inline_calls:
+        while self._inline:  # one at a time: a stop meanwhile finds the rest still here
+            _, inline = self._inline.popitem()
             inline.state.failure = self._gone_reason
             gone = UpstreamGone(self._gone_reason)
             await inline.end(functools.partial(inline.call.failed, gone))

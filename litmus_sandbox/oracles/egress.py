@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .._errors import ConfigError
 from .._records import Effects, EgressEvent
 from ._egress_policy import DEFAULT_PORTS
 from ._egress_policy import EGRESS_MODES as EGRESS_MODES
@@ -567,6 +568,12 @@ class EgressProbe:
         ``cert``, ``http1``, ``http2``, ``limits``, ``trust_env``) apply to the transport
         this client sends through, as they would without the probe.
         """
+        if "proxy" in kwargs or "mounts" in kwargs:
+            # httpx would send through transports of its own, past this probe's policy.
+            raise ConfigError(
+                "an observed client sends through the egress transport: proxy= and mounts= "
+                "would bypass it (wrap your own transport with transport= instead)"
+            )
         inner = kwargs.pop("transport", None)
         if inner is None:
             options = {k: kwargs[k] for k in _TRANSPORT_OPTIONS if k in kwargs}

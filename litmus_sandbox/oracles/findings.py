@@ -48,11 +48,12 @@ def _egress_detail(e: EgressEvent) -> str:
 
 
 def _happened(e: EgressEvent) -> bool:
-    """Whether a request reached anything: not refused by the policy, and answered or
-    carrying bytes (a refused connection changed nothing)."""
+    """Whether a request reached anything: not refused by the policy, and answered (a
+    refused connection changed nothing)."""
     if e.decision in BLOCKED:
         return False
-    return e.status is not None or e.request_bytes > 0 or e.response_bytes > 0
+    # Not request_bytes: it is counted from the request's length before anything is sent.
+    return e.status is not None or e.response_bytes > 0
 
 
 def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
@@ -112,12 +113,11 @@ def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:
 
 
 def distinct(effects: Effects) -> Effects:
-    """``effects`` with each effect once, in first-seen order (overlapping calls each saw
-    the other's changes)."""
+    """``effects`` with each filesystem or state change once, in first-seen order
+    (overlapping calls each saw the other's changes); egress events are kept as they are
+    (each is a request of its own)."""
     return Effects(
-        fs=tuple(_unique(effects.fs)),
-        egress=tuple(_unique(effects.egress)),
-        state=tuple(_unique(effects.state)),
+        fs=tuple(_unique(effects.fs)), egress=effects.egress, state=tuple(_unique(effects.state))
     )
 
 
