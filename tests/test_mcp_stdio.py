@@ -428,6 +428,42 @@ class _Sink(ByteSendStream):
         pass
 
 
+async def test_the_proxys_own_listing_never_reaches_the_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before answering a stub the proxy lists the tools for itself; an answer that comes
+    after it gave up waiting is dropped, not relayed."""
+    monkeypatch.setenv("LITMUS_TEST_LIST_DELAY", "1.0")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\necho = { mode = "stub", result = "stubbed" }\n')
+    options = ["--policy", str(policy), "--timeout", "0.3", "--no-watch-fs", "--no-egress"]
+    client = RawClient(await open_proxy(tmp_path, *options))
+    await client.send(tool_call(1, "echo", {"text": "x"}))
+    assert (await client.recv_json())["result"]["content"][0]["text"] == "stubbed"
+    await anyio.sleep(1.2)  # the server's late answer to the proxy's tools/list comes
+    await client.send(request(2, "ping"))
+    assert (await client.recv_json())["id"] == 2  # nothing came before it
+    assert await client.finish() == 0
+
+
+async def test_a_stop_answers_a_call_not_yet_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LITMUS_TEST_LIST_DELAY", "5")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\necho = { mode = "stub", result = "stubbed" }\n')
+    process = await open_proxy(tmp_path, "--policy", str(policy), "--no-watch-fs", "--no-egress")
+    client = RawClient(process)
+    await client.send(tool_call(1, "echo", {"text": "x"}))
+    await anyio.sleep(0.5)  # the proxy is listing the tools before it answers
+    process.send_signal(signal.SIGTERM)
+    error = await client.recv_json()
+    assert error["id"] == 1
+    assert "stopped by SIGTERM" in error["error"]["message"]
+    with anyio.fail_after(20):
+        assert await process.wait() == 130
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -17,8 +17,8 @@ would change. Tools:
   answer (and log the ``notifications/cancelled`` they then receive); ``freeze`` - stops
   reading its stdin for good (its pipe fills up).
 
-Requests other than ``tools/call``: ``initialize``, ``tools/list`` and ``ping`` are
-answered, ``resources/read`` never is (a server hung on a request), anything else gets
+Requests other than ``tools/call``: ``initialize``, ``tools/list`` (after
+``$LITMUS_TEST_LIST_DELAY`` seconds) and ``ping`` are answered, ``resources/read`` never is (a server hung on a request), anything else gets
 "Method not found".
 """
 
@@ -145,6 +145,7 @@ def main() -> None:
             }
             result(rid, info)
         elif method == "tools/list":
+            time.sleep(float(os.environ.get("LITMUS_TEST_LIST_DELAY", "0")))
             result(rid, {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]})
         elif method == "ping":
             send(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":{}}   \n')
