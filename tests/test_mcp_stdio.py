@@ -473,6 +473,7 @@ async def test_a_stop_answers_a_call_not_yet_in_flight(
         (["--listen", "127.0.0.1:1"], "needs both --listen"),
         (["--env", "NOVALUE", "--", "true"], "--env expects KEY=VALUE"),
         (["--timeout", "soon", "--", "true"], "invalid float value"),
+        (["--case-id", " ", "--", "true"], "--case-id must not be empty"),
     ],
 )
 async def test_bad_input_gets_one_line_and_exit_2(

@@ -262,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout must be a positive number of seconds (or 0: no limit)")
     if args.timeout == 0:
         args.timeout = None
+    if args.case_id is not None and not args.case_id.strip():
+        raise ConfigError("--case-id must not be empty (leave it out for the client's _meta)")
     root = Path(args.root) if args.root else Path.cwd()
     policy = _policy(args)
     if policy is not None:
