@@ -180,14 +180,17 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
         for s in episode.steps
         if isinstance(s, ToolCallStep) and (s.fidelity == "replayed" or META_KEY in s.meta)
     )
-    return ReplayReport(
-        episode_id=episode.episode_id,
-        case_id=episode.case_id,
-        sources=tuple(str(s) for s in sources),
-        calls=int(end_facts.get("calls", calls)),
-        served=int(end_facts.get("served", calls - len(divergences))),
-        divergences=tuple(sorted(divergences, key=lambda d: d.call)),
-        unused=msgspec.convert(end_facts.get("unused", []), tuple[CallRef, ...]),
-        origin="log",
-        unused_known=bool(end_facts),
-    )
+    try:
+        return ReplayReport(
+            episode_id=episode.episode_id,
+            case_id=episode.case_id,
+            sources=msgspec.convert(sources, tuple[str, ...]),
+            calls=msgspec.convert(end_facts.get("calls", calls), int),
+            served=msgspec.convert(end_facts.get("served", calls - len(divergences)), int),
+            divergences=tuple(sorted(divergences, key=lambda d: d.call)),
+            unused=msgspec.convert(end_facts.get("unused", []), tuple[CallRef, ...]),
+            origin="log",
+            unused_known=bool(end_facts),
+        )
+    except msgspec.ValidationError as exc:
+        raise msgspec.ValidationError(f"episode {episode.episode_id}: {exc}") from None

@@ -189,8 +189,11 @@ class Cassette:
             )
         index = sup.steps
         sup.steps += 1
+        # Its meta as recorded live (what an adapter kept of the answer, repr_only...),
+        # without the live episode's replay facts.
+        meta = {k: v for k, v in step.meta.items() if k != META_KEY}
         self._writer.write(
-            msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta={})
+            msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta=meta)
         )
         return ReplaySource(episode_id=sup.episode_id, step=index)
 

@@ -266,6 +266,7 @@ class EpisodeRecorder:
                 step = msgspec.structs.replace(step, meta={**step.meta, META_KEY: facts})
         if finalize is not None:
             step = finalize(step)
+        step = self._grow_cassette(step)
         await self._write(step)
         return ToolResult(
             value=shown_value(step),
@@ -273,6 +274,20 @@ class EpisodeRecorder:
             is_error=step.shown.is_error,
             fidelity=step.fidelity,
         )
+
+    def _grow_cassette(self, step: ToolCallStep) -> ToolCallStep:
+        """A ``record-new`` miss: append the finished step to the cassette, as the live
+        episode records it (its meta included, so a replay serves what the tool answered);
+        the step names where it went."""
+        facts = step.meta.get(META_KEY)
+        cassette = self._sandbox._cassette
+        if not (isinstance(facts, dict) and facts.get("on_miss") == "record-new") or (
+            cassette is None or "recorded_as" in facts
+        ):
+            return step
+        where = cassette.record(self.header, self._replay_sources, step)
+        facts = {**facts, "recorded_as": msgspec.to_builtins(where)}
+        return msgspec.structs.replace(step, meta={**step.meta, META_KEY: facts})
 
     def begin_call(self, tool: str, args: Mapping[str, Any]) -> OpenCall | None:
         """Start a real call that the caller runs and finishes itself, or None.
@@ -925,9 +940,8 @@ class Sandbox:
         real = await self._perform(
             ep, call_id, tool, args, ToolPolicy(mode="real", timeout=tp.timeout), started, runner
         )
-        if on_miss == "record-new":
-            where = self._cassette.record(ep.header, ep._replay_sources, real)
-            facts["recorded_as"] = msgspec.to_builtins(where)
+        # record-new: the step is appended to the cassette once finished (EpisodeRecorder
+        # ._grow_cassette), with what an adapter adds to it (the raw upstream answer).
         return msgspec.structs.replace(real, meta={**real.meta, META_KEY: facts})
 
     async def _execute(

@@ -304,3 +304,38 @@ def test_replay_mode_without_recordings_is_refused_up_front(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="'default' in replay mode"):
         Sandbox(root=tmp_path, episodes=tmp_path / "e.jsonl", policy=Policy(default="replay"))
     Sandbox(root=tmp_path, episodes=tmp_path / "e.jsonl", policy=Policy({"search": "stub"}))
+
+
+async def test_record_new_keeps_the_steps_meta_in_the_grown_cassette(tmp_path: Path) -> None:
+    """What the live step recorded of the answer (here ``repr_only``) goes into the
+    cassette too, without the live episode's replay facts."""
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<opaque>"
+
+    def odd(k: int) -> Any:
+        return Opaque()
+
+    cassette = tmp_path / "rec.jsonl"
+    async with (
+        Sandbox(root=tmp_path / "root", episodes=cassette, tools={"odd": odd}, probes=()) as sb,
+        sb.episode("c") as ep,
+    ):
+        await ep.call("odd", k=1)
+    grow = Policy(default="replay", replay={"on_miss": "record-new"})
+    sandbox = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "live.jsonl",
+        tools={"odd": odd},
+        policy=grow,
+        replay=[cassette],
+        probes=(),
+    )
+    async with sandbox, sandbox.episode("c") as ep:
+        await ep.call("odd", k=2)
+    _, supplement = read_episodes([cassette])
+    (added,) = [s for s in supplement.steps if isinstance(s, ToolCallStep)]
+    assert added.meta == {"repr_only": True}
+    (live,) = tool_calls(tmp_path / "live.jsonl")
+    assert live.meta["replay"]["recorded_as"]["episode_id"] == supplement.episode_id

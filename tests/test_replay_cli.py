@@ -155,3 +155,23 @@ async def test_check_reads_the_runtime_log_of_a_replayed_episode(
     assert "2 calls, 1 served, 1 divergences, 1 unused  DIVERGED" in out
     assert "step 1: search" in out
     assert 'send {"to":"x"}' in out
+
+
+def test_a_malformed_replay_log_is_bad_input(tmp_path: Path) -> None:
+    lines = [
+        '{"kind":"episode","v":1,"episode_id":"b","case_id":"c","meta":{"replay":{"sources":["x"]}}}',
+        '{"kind":"step","type":"tool_call","v":1,"episode_id":"b","index":0,"call_id":"b-0",'
+        '"tool":"t","args":{},"fidelity":"replayed","shown":{"content":[]}}',
+        '{"kind":"end","v":1,"episode_id":"b","status":"complete","meta":{"replay":{"calls":"x"}}}',
+    ]
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "litmus_sandbox._cli", "replay", "--check", "bad.jsonl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+    assert "malformed replay record" in r.stderr
+    assert "Traceback" not in r.stderr
