@@ -131,8 +131,8 @@ def _strip(obj: Any, path: tuple[Segment, ...]) -> Any:
 
 def _canonical(obj: Any) -> Any:
     # JSON has one number type: 1 and 1.0 are the same value (bools stay bools).
-    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**63:
-        return int(obj)
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)  # exact: 1e20 is 100000000000000000000
     if isinstance(obj, dict):
         return {str(k): _canonical(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

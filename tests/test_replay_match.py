@@ -272,3 +272,8 @@ def test_meta_is_never_matched_on() -> None:
     s = session(recorded, order="strict")
     assert isinstance(s.match("search", {"q": "x", "_meta": {"trace": "2"}}), Served)
     assert ReplayOptions(ignore=("$._meta",)).paths() == ReplayOptions().paths()
+
+
+def test_big_integral_numbers_are_one_json_value() -> None:
+    assert call_key("t", {"a": 1e20}) == call_key("t", {"a": 100000000000000000000})
+    assert call_key("t", {"a": 1e20}) != call_key("t", {"a": 100000000000000000001})
