@@ -20,6 +20,7 @@ import functools
 import hashlib
 import inspect
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -82,6 +83,8 @@ _CURRENT_EPISODE: ContextVar[EpisodeRecorder | None] = ContextVar(
 )
 
 RECORDER_NAME = "litmus-sandbox"
+#: The episode id of a record as this library writes it (compact JSON).
+_EPISODE_ID = re.compile(rb'"episode_id":("(?:[^"\\]|\\.)*")')
 #: Bumped only when *what is recorded* changes (the gate's recorder identity).
 MEASUREMENT_VERSION = "1"
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
@@ -541,6 +544,7 @@ class Sandbox:
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
         self._episode_ids: set[str] = set()
+        self._stream_ids: set[str] | None = None  # read from the file when first needed
         #: Episodes open now (several may run at once, interleaved in one stream), and the
         #: lock that starts the probes with the first of them.
         self._active = 0
@@ -690,6 +694,22 @@ class Sandbox:
         else:
             self._write_now(record)
 
+    def _in_stream(self, episode_id: str) -> bool:
+        """Whether the episode stream held records of ``episode_id`` when first asked
+        (written by this library: a second episode of that id would make the stream
+        unreadable). The file is read once; later episodes are in ``_episode_ids``."""
+        if self._stream_ids is None:
+            self._stream_ids = set()
+            try:
+                with open(self.episodes_path, "rb") as f:
+                    for line in f:
+                        if (m := _EPISODE_ID.search(line)) is not None:
+                            with contextlib.suppress(msgspec.DecodeError):
+                                self._stream_ids.add(msgspec.json.decode(m.group(1), type=str))
+            except OSError:
+                pass
+        return episode_id in self._stream_ids
+
     @asynccontextmanager
     async def episode(
         self,
@@ -706,8 +726,12 @@ class Sandbox:
         session: ReplaySession | None = None
         sources: tuple[str, ...] = ()
         header_meta = dict(meta or {})
-        if episode_id is not None and episode_id in self._episode_ids:
-            raise ConfigError(f"episode id {episode_id!r} is already used in this sandbox")
+        if episode_id is not None and (
+            episode_id in self._episode_ids or self._in_stream(episode_id)
+        ):
+            raise ConfigError(
+                f"episode id {episode_id!r} is already used in {str(self.episodes_path)!r}"
+            )
         if self._cassette is not None:
             session, sources = self._cassette.session(case_id, self.policy.replay_options)
             header_meta.setdefault(META_KEY, {"sources": list(sources)})

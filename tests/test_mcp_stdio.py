@@ -363,6 +363,7 @@ async def test_a_signal_ends_the_session_with_a_reason_and_answers_what_waits(
     assert echo.meta["mcp"]["outcome"] == "result"
     assert stalled.actual is not None
     assert stalled.actual.outcome == "interrupted"
+    assert stalled.meta["mcp"]["reply"] == "error"  # the client was told, and the record says so
 
 
 async def test_a_hang_stays_the_reason_when_a_signal_follows(tmp_path: Path) -> None:

@@ -179,6 +179,13 @@ async def test_misuse_is_refused_and_the_stream_stays_readable(tmp_path: Path) -
         with pytest.raises(ConfigError, match="already used"):
             async with sandbox.episode("c", episode_id="e1"):
                 pass
+    # Another sandbox on the same file knows the id is taken too.
+    again = Sandbox(
+        root=tmp_path / "root", episodes=tmp_path / "eps.jsonl", probes=(), egress=False
+    )
+    with pytest.raises(ConfigError, match="already used"):
+        async with again, again.episode("c", episode_id="e1"):
+            pass
     (episode,) = read_episodes([tmp_path / "eps.jsonl"])  # still readable, nothing lost
     assert [s.shown.text() for s in tool_steps(tmp_path / "eps.jsonl")["c"]] == ["ok"]
     assert episode.complete

@@ -91,6 +91,9 @@ class CallState:
         self.extra_meta: dict[str, Any] = {}
         #: The tool's declared output schema, when the proxy has seen one (``tools/list``).
         self.output_schema: dict[str, Any] | None = None
+        #: Why the proxy is stopping, when it interrupts this call to stop (the client then
+        #: gets an error, not silence).
+        self.stopped: str | None = None
 
     def note(self, notification: Any) -> None:
         """Keep a notification the server sent about this call (progress)."""
@@ -141,7 +144,14 @@ class CallState:
             mcp["notifications_dropped"] = self.notifications_dropped
         mcp.update(self.extra_meta)
 
-        if outcome == "interrupted":
+        if outcome == "interrupted" and self.stopped is not None:
+            # The proxy is stopping: the client is told (see _Session.stop), and the
+            # record says so.
+            self.reply_kind = "error"
+            self.reply = error_message(
+                self.request_id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stopped}"
+            )
+        elif outcome == "interrupted":
             self.reply_kind = "none"
         elif step.fidelity == "real" and self.envelope_raw is not None:
             self.reply_kind = "relay"

@@ -388,6 +388,10 @@ class _Session:
             self._stopped = reason
             self._pending_at_stop = [state.request_id for state, _ in self._calls.values()]
             self._pending_at_stop += self._starting.values()  # not yet in flight
+            for state, _ in self._calls.values():
+                state.stopped = reason
+            for inline in self._inline.values():
+                inline.state.stopped = reason
         if self._slot_made:
             self._slot.abort(reason)
         self._stop_scope.cancel()
