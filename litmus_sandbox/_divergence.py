@@ -160,6 +160,8 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
     Raises:
         msgspec.ValidationError: a replay record of the wrong shape.
     """
+    if supplements_of(episode):
+        return None  # calls a record-new run added to a cassette: a recording, not a replay
     header_facts = episode.header.meta.get(META_KEY)
     end_facts: Mapping[str, Any] = {}
     if episode.end is not None and isinstance(episode.end.meta.get(META_KEY), dict):

@@ -168,6 +168,7 @@ async def test_spy_runs_misses_for_real_and_record_new_grows_the_cassette(
     recorded, supplement = read_episodes([cassette_path])
     assert supplement.header.meta["replay"]["supplements"] == [recorded.episode_id]
     assert supplement.complete
+    assert report_from_log(supplement) is None  # cassette growth, not a replay run
     assert [s.tool for s in supplement.steps if isinstance(s, ToolCallStep)] == ["lookup"]
     _, _, new_call = tool_calls(tmp_path / "grow.jsonl")
     assert new_call.meta["replay"]["recorded_as"] == {
