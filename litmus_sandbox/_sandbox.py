@@ -355,6 +355,11 @@ class EpisodeRecorder:
             self._overlapped.add(call_id)
         self._in_flight.add(call_id)
 
+    def _leaving(self, call_id: str) -> None:
+        # The sets are the sandbox's: a finished call leaves both, or they would only grow.
+        self._in_flight.discard(call_id)
+        self._overlapped.discard(call_id)
+
     async def _probes_before(self, call_id: str) -> None:
         self._entering(call_id)
         for probe in self._sandbox.probes:
@@ -368,7 +373,7 @@ class EpisodeRecorder:
         for probe in self._sandbox.probes:
             if effects := await probe.after_call(call_id):
                 self._unattributed.append(effects)
-        self._in_flight.discard(call_id)
+        self._leaving(call_id)
 
     def _attributed(
         self, call_id: str, step: ToolCallStep, observed: list[tuple[Probe, Effects]]
@@ -381,7 +386,7 @@ class EpisodeRecorder:
                 attributed.append(effects)
             elif effects:
                 self._unattributed.append(effects)
-        self._in_flight.discard(call_id)
+        self._leaving(call_id)
         step = msgspec.structs.replace(step, effects=merge(attributed))
         return msgspec.structs.replace(step, findings=call_findings(step))
 
