@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._records import SCHEMA_VERSION, ToolCallStep
-from ._tool_calls import CallOutcome, real_parts, timeout_outcome
+from ._tool_calls import CallOutcome, raised_outcome, real_parts, timeout_outcome
 
 if TYPE_CHECKING:
     from ._sandbox import EpisodeRecorder
@@ -55,8 +55,7 @@ class OpenCall:
 
     def failed(self, exc: BaseException, finalize: Finalize | None = None) -> ToolCallStep:
         """The call raised ``exc``: recorded, and shown as an error naming it."""
-        outcome = CallOutcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
-        return self._finish(outcome, finalize)
+        return self._finish(raised_outcome(exc), finalize)
 
     def timed_out(self, finalize: Finalize | None = None) -> ToolCallStep:
         """The call got no result within :attr:`limit`.

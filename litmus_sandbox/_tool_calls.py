@@ -121,8 +121,13 @@ async def invoke_tool(
             if inspect.isawaitable(value):
                 value = await value
     except Exception as exc:
-        return CallOutcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
+        return raised_outcome(exc)
     return CallOutcome(kind="returned", value=value)
+
+
+def raised_outcome(exc: BaseException) -> CallOutcome:
+    """The outcome of a call that raised ``exc``."""
+    return CallOutcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
 
 
 def timeout_outcome(limit: float) -> CallOutcome:

@@ -52,6 +52,15 @@ class _Fd:
                 os.set_blocking(self._fd, self._was_blocking)
 
 
+def _take(chunks: deque[bytes], max_bytes: int) -> bytes:
+    """The first chunk, at most ``max_bytes`` of it (the rest stays first)."""
+    data = chunks.popleft()
+    if len(data) > max_bytes:
+        data, rest = data[:max_bytes], data[max_bytes:]
+        chunks.appendleft(rest)
+    return data
+
+
 class _LoopReader:
     """Reads a descriptor from an asyncio loop's own callback, registered once.
 
@@ -111,10 +120,7 @@ class _LoopReader:
                 await self._waiter
             finally:
                 self._waiter = None
-        data = self._chunks.popleft()
-        if len(data) > max_bytes:
-            data, rest = data[:max_bytes], data[max_bytes:]
-            self._chunks.appendleft(rest)
+        data = _take(self._chunks, max_bytes)
         self._buffered -= len(data)
         if not self._reading and not self._eof and self._buffered < self._HIGH // 2:
             self._reading = True
@@ -150,11 +156,7 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
             raise anyio.ClosedResourceError
         reader = self._loop_reader() if self._poll else None
         if self._carried:
-            data = self._carried.popleft()
-            if len(data) > max_bytes:
-                data, rest = data[:max_bytes], data[max_bytes:]
-                self._carried.appendleft(rest)
-            return data
+            return _take(self._carried, max_bytes)
         if reader is not None:
             return await reader.receive(max_bytes)
         while True:

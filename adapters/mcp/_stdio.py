@@ -406,9 +406,8 @@ class _Session:
             ids += [*self._pending_at_stop, *self._requests.values()]
             self._requests.clear()
             self._request_deadlines.clear()
-            text = f"litmus-sandbox: {reason}"
             for request_id in ids:
-                await self._to_client(error_message(request_id, CONNECTION_CLOSED, text) + b"\n")
+                await self._refuse(request_id, reason)
 
     # ------------------------------------------------------------ writing
 
@@ -459,14 +458,7 @@ class _Session:
         # The client hung up: close the server's stdin, as an MCP client does on shutdown.
         with anyio.move_on_after(self._proxy.grace, shield=True):
             await self._upstream_in.aclose()
-        with anyio.move_on_after(self._proxy.grace):
-            await self._server_gone.wait()
-            return
-        self._process.terminate()
-        with anyio.move_on_after(2):
-            await self._server_gone.wait()
-            return
-        self._process.kill()
+        await _stop(self._process, self._proxy.grace)
 
     async def _from_client(self, line: bytes) -> None:
         msg = parse(line)
@@ -484,10 +476,8 @@ class _Session:
                 return
             self._requests[id_key(msg.id)] = msg.id
             if self._proxy.timeout is not None:
-                deadline = anyio.current_time() + self._proxy.timeout
+                deadline = self._deadline_in(self._proxy.timeout)
                 self._request_deadlines[id_key(msg.id)] = (deadline, str(msg.method))
-                if deadline < self._deadlines.deadline:
-                    self._deadlines.deadline = deadline
             if msg.method == "tools/list":
                 self._listing.add(id_key(msg.id))
             if msg.method in RECORDED_METHODS and len(self._answers) < len(RECORDED_METHODS):
@@ -509,8 +499,9 @@ class _Session:
         with contextlib.suppress(UpstreamGone):  # the server pump notices and winds down
             await self._to_upstream(line)
 
-    async def _refuse(self, request_id: Any) -> None:
-        text = f"litmus-sandbox: {self._gone_reason}"
+    async def _refuse(self, request_id: Any, reason: str | None = None) -> None:
+        """Answer a request the server will never answer (gone, or the proxy stopping)."""
+        text = f"litmus-sandbox: {reason or self._gone_reason}"
         await self._to_client(error_message(request_id, CONNECTION_CLOSED, text) + b"\n")
 
     async def _start_call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
@@ -597,9 +588,7 @@ class _Session:
         # not read its stdin cannot hold the call (or this pump) past the call's limit.
         self._inline[key] = inline
         if call.limit is not None:
-            inline.deadline = anyio.current_time() + call.limit
-            if inline.deadline < self._deadlines.deadline:
-                self._deadlines.deadline = inline.deadline
+            inline.deadline = self._deadline_in(call.limit)
         state.forwarded = True
         try:
             if not self._to_upstream_now(state.request):
@@ -613,6 +602,13 @@ class _Session:
             state.failure = str(exc)
             if self._inline.pop(key, None) is not None:
                 await inline.end(functools.partial(call.failed, exc))
+
+    def _deadline_in(self, seconds: float) -> float:
+        """A deadline ``seconds`` from now, which the deadline watcher will keep."""
+        deadline = anyio.current_time() + seconds
+        if deadline < self._deadlines.deadline:
+            self._deadlines.deadline = deadline  # wake the watcher earlier
+        return deadline
 
     async def _watch_deadlines(self) -> None:
         """Time out inline calls and other forwarded requests: one timer for all, set to
@@ -646,15 +642,11 @@ class _Session:
         self._abandoned.add(key)
         self._listing.discard(key)
         self._handshake.pop(key, None)
-        timeout = self._proxy.timeout
-        reason = f"{method} got no answer within {timeout:g}s (server hung?)"
-        self._slot.abort(reason)
-        print(f"litmus-sandbox: {reason}", file=sys.stderr)
+        reason = f"{method} got no answer within {self._proxy.timeout:g}s (server hung?)"
         text = f"litmus-sandbox: {reason}"
         await self._to_client(error_message(request_id, REQUEST_TIMEOUT, text) + b"\n")
-        if method != "initialize" and not self._server_gone.is_set():
-            with anyio.move_on_after(1), contextlib.suppress(UpstreamGone):
-                await self._to_upstream(cancelled_message(request_id, reason) + b"\n")
+        # initialize cannot be cancelled (the protocol says so).
+        await self._gave_up(request_id, reason, tell_server=method != "initialize")
 
     async def _run_call(
         self,
@@ -697,21 +689,23 @@ class _Session:
     async def reply(self, tool: str, state: CallState) -> None:
         """Send the client the reply the recorded step decided (see ``CallState``)."""
         if state.timed_out:
-            await self._gave_up(tool, state)
+            reason = f"tools/call {tool!r} got no answer within its timeout (server hung?)"
+            await self._gave_up(state.request_id, reason)
         if state.reply_kind == "relay" and state.envelope_raw is not None:
             await self._to_client(state.envelope_raw)
         elif state.reply_kind in ("result", "error"):
             await self._to_client(state.reply + b"\n")
 
-    async def _gave_up(self, tool: str, state: CallState) -> None:
-        reason = f"tools/call {tool!r} got no answer within its timeout (server hung?)"
+    async def _gave_up(self, request_id: Any, reason: str, *, tell_server: bool = True) -> None:
+        """A request the server left unanswered: the episode ends aborted with ``reason``
+        (a hung server spoils the run), and the server is told ``notifications/cancelled``."""
         self._slot.abort(reason)
         print(f"litmus-sandbox: {reason}", file=sys.stderr)
-        if not self._server_gone.is_set():
+        if tell_server and not self._server_gone.is_set():
             # Best effort, and bounded: a server that stopped reading must not hold up the
             # caller (the deadline watcher serves every call); what is unsent stays queued.
             with anyio.move_on_after(1), contextlib.suppress(UpstreamGone):
-                await self._to_upstream(cancelled_message(state.request_id, reason) + b"\n")
+                await self._to_upstream(cancelled_message(request_id, reason) + b"\n")
 
     async def _forward(self, key: tuple[str, Any], state: CallState) -> Any:
         """The runner: send the original request upstream and await its response."""
