@@ -18,6 +18,12 @@ Implementations, each run in its own fresh subprocess (so ``ru_maxrss`` is its o
 * ``reference``: ``json.loads`` per line into frozen dataclasses and the reference's
   exception-based ``gate_trajectory`` / ``run_gate``, exactly as written in the report.
 * ``litmus``: ``read_verdicts`` on both files, then ``gate`` (the full ``GateReport``).
+* ``columnar`` (only with ``--columnar-peer``, which needs ``polars`` installed; it is not a
+  dependency of this project): polars' multi-threaded NDJSON reader and hash join, computing
+  the outcome counts with column expressions. It builds no Python object per case, checks no
+  line and reports no case; it shows what a native columnar engine takes for the same files,
+  on the same machine, in the same run: a bound on what the goal asks of any implementation
+  that reads JSON.
 
 Each worker measures the resident set after its imports and before reading anything, and
 its peak after; memory per case is ``(peak - after imports) / pairs``. The two
@@ -53,7 +59,7 @@ DEFAULT_OUT = HERE / "results" / "gate_bench.json"
 if str(HERE.parent) not in sys.path:
     sys.path.insert(1, str(HERE.parent))
 
-IMPLS = ("reference", "litmus")
+IMPLS = ("reference", "litmus", "columnar")
 WORKLOADS = ("legacy", "native")
 
 # ---------------------------------------------------------------- the reference, verbatim
@@ -185,6 +191,49 @@ def litmus_gate(baseline_path: str, candidate_path: str) -> Measured:
     return counts, t_decode, seconds, (b, c, report)
 
 
+# ---------------------------------------------------------------- columnar peer (polars)
+
+
+def columnar_gate(baseline_path: str, candidate_path: str) -> Measured:
+    """Outcome counts of the legacy rule (this library's, with IMPROVEMENT), in polars."""
+    import polars as pl
+
+    provenance = pl.Struct(
+        {
+            "truncate_on_refusal": pl.Boolean,
+            "truncate_on_empty_tool_result": pl.Boolean,
+            "steps_covered": pl.Int64,
+            "judge_version": pl.String,
+        }
+    )
+    schema = pl.Schema({"run_id": pl.String(), "safe": pl.Boolean(), "provenance": provenance})
+    t0 = time.perf_counter()
+    b = pl.read_ndjson(baseline_path, schema=schema)
+    c = pl.read_ndjson(candidate_path, schema=schema)
+    t_decode = time.perf_counter() - t0
+    joined = b.join(c, on="run_id", how="full", suffix="_c", coalesce=True)
+    fields = provenance.to_schema()
+    known = pl.all_horizontal(pl.col("provenance").struct.field(f).is_not_null() for f in fields)
+    safe, safe_c = pl.col("safe"), pl.col("safe_c")
+    outcome = (
+        pl.when(safe.is_null())
+        .then(pl.lit("NEEDS_REBASELINE"))
+        .when(safe_c.is_null())
+        .then(pl.lit("NEEDS_RERUN"))
+        .when(~(known & (pl.col("provenance") == pl.col("provenance_c"))))
+        .then(pl.lit("NEEDS_REBASELINE"))
+        .when(safe & ~safe_c)
+        .then(pl.lit("REGRESSION"))
+        .when(~safe & safe_c)
+        .then(pl.lit("IMPROVEMENT"))
+        .otherwise(pl.lit("PASS"))
+    )
+    tally = joined.select(outcome.alias("outcome"))["outcome"].value_counts()
+    counts = {str(k): int(n) for k, n in tally.iter_rows()}
+    seconds = time.perf_counter() - t0
+    return counts, t_decode, seconds, (b, c, joined)
+
+
 # ---------------------------------------------------------------- worker (one subprocess)
 
 
@@ -223,6 +272,10 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import litmus_sandbox  # noqa: F401 - imported before the memory baseline is taken
 
         fn = litmus_gate
+    elif impl == "columnar":
+        import polars  # noqa: F401 - imported before the memory baseline is taken
+
+        fn = columnar_gate
     else:
         fn = reference_gate
     rss_after_imports = _maxrss_bytes()
@@ -577,6 +630,12 @@ def _summarize(runs: list[WorkerResult], pairs: int) -> Summary:
     )
 
 
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f}"
 
@@ -595,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
         f"worst case), out of order within a window of {WINDOW}, or the same",
     )
     ap.add_argument("--no-native", action="store_true", help="skip the native workload")
+    ap.add_argument(
+        "--columnar-peer",
+        action="store_true",
+        help="also time a polars implementation of the legacy gate (polars must be installed)",
+    )
     ap.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     ap.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
@@ -628,6 +692,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pairs < 1 or args.repeats < 1:
         ap.error("--pairs and --repeats must be positive")
+    if args.columnar_peer:
+        try:
+            import polars  # noqa: F401
+        except ImportError:
+            ap.error("--columnar-peer needs polars: pip install polars")
 
     pairs: int = args.pairs
     with tempfile.TemporaryDirectory(prefix="litmus-gate-bench-") as tmp:
@@ -653,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         }
 
         plan = [("reference", "legacy"), ("litmus", "legacy")]
+        if args.columnar_peer:
+            plan.append(("columnar", "legacy"))
         if not args.no_native:
             plan.append(("litmus", "native"))
         runs: dict[tuple[str, str], list[WorkerResult]] = {k: [] for k in plan}
@@ -671,7 +742,9 @@ def main(argv: list[str] | None = None) -> int:
     for (impl, workload), rs in runs.items():
         for r in rs:
             if workload == "legacy":
-                _check(f"{impl}/legacy", r["counts"], expected[impl])
+                # The columnar peer applies this library's rule (IMPROVEMENT included).
+                want = expected["litmus" if impl == "columnar" else impl]
+                _check(f"{impl}/legacy", r["counts"], want)
             else:
                 _check(f"{impl}/native", r["counts"], native_expected)
     for ref_run, our_run in zip(
@@ -706,6 +779,15 @@ def main(argv: list[str] | None = None) -> int:
         f"outcomes agree: reference {dict(sorted(by[('reference', 'legacy')]['counts'].items()))}"
     )
     print(f"                litmus    {dict(sorted(by[('litmus', 'legacy')]['counts'].items()))}")
+    peer_ratio = None
+    if ("columnar", "legacy") in by:
+        peer = by[("columnar", "legacy")]
+        peer_ratio = by[("reference", "legacy")]["median_seconds"] / peer["median_seconds"]
+        print(
+            f"columnar peer (polars, no per-case objects): {peer['median_seconds']:.2f} s, "
+            f"{peer_ratio:.1f}x the reference; litmus takes "
+            f"{by[('litmus', 'legacy')]['median_seconds'] / peer['median_seconds']:.1f}x its time"
+        )
 
     import msgspec
 
@@ -719,6 +801,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_legacy": ratio,
         "goal_speedup": goal,
         "goal_met": ratio >= goal,
+        "speedup_columnar_peer": peer_ratio,
         "summaries": summaries,
         "runs": [r for rs in runs.values() for r in rs],
         "expected_counts": {"legacy": expected, "native": native_expected},
@@ -726,6 +809,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "implementation": platform.python_implementation(),
             "msgspec": msgspec.__version__,
+            "polars": _version("polars") if args.columnar_peer else None,
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
         },

@@ -14,6 +14,8 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import chain
 
 import msgspec
 
@@ -115,6 +117,7 @@ def mcnemar_exact_p(b: int, c: int) -> float:
 _run_id = operator.attrgetter("run_id")
 _case_id = operator.attrgetter("case_id")
 _outcome = operator.attrgetter("outcome")
+_code = operator.attrgetter("code")
 
 
 def _keys(verdicts: Sequence[AnyVerdict]) -> list[str]:
@@ -141,13 +144,15 @@ def _group(keys: Sequence[str], verdicts: Sequence[AnyVerdict]) -> dict[str, lis
 def _single_epochs(
     b_keys: list[str],
     b_list: Sequence[AnyVerdict],
-    c_keys: list[str],
-    c_by_key: dict[str, AnyVerdict],
-    b_key_set: set[str],
+    c_aligned: Sequence[AnyVerdict | None],
+    c_only: Sequence[tuple[str, AnyVerdict]],
     exclusions: Mapping[str, str],
     recordings: Mapping[str, int | None],
 ) -> tuple[list[CaseResult], list[CaseResult]]:
     """``compare_case`` for every case, in gate order, when no case has several epochs.
+
+    ``c_aligned`` holds the candidate verdict of each baseline case (None when missing);
+    ``c_only`` the candidate's cases the baseline lacks, in candidate order.
 
     A legacy pair that passes every check of ``_check_legacy_pair`` and ``_check_unknown``
     (judge version, truncation flags and ``steps_covered`` known and equal, no unknown
@@ -158,7 +163,6 @@ def _single_epochs(
     results: list[CaseResult] = []
     checked: list[CaseResult] = []
     add = results.append
-    c_aligned = list(map(c_by_key.get, b_keys))
     legacy = LegacyVerdict
     for key, b, c in zip(b_keys, b_list, c_aligned, strict=True):
         # Exact types only (a subclass takes the general path). Equal provenance structs
@@ -198,18 +202,16 @@ def _single_epochs(
         )
         add(result)
         checked.append(result)
-    if len(c_by_key) > len(b_keys) - c_aligned.count(None):
-        for key in c_keys:
-            if key not in b_key_set:
-                result = compare_case(
-                    key,
-                    [],
-                    [c_by_key[key]],
-                    baseline_recorded=key in recordings,
-                    exclusion=exclusions.get(key),
-                )
-                add(result)
-                checked.append(result)
+    for key, c in c_only:
+        result = compare_case(
+            key,
+            [],
+            [c],
+            baseline_recorded=key in recordings,
+            exclusion=exclusions.get(key),
+        )
+        add(result)
+        checked.append(result)
     return results, checked
 
 
@@ -252,14 +254,27 @@ def _gate(
     c_list = candidate if isinstance(candidate, list) else list(candidate)
     b_keys, c_keys = _keys(b_list), _keys(c_list)
     b_key_set = set(b_keys)
-    c_by_key = dict(zip(c_keys, c_list, strict=True))
     results: list[CaseResult]
-    if len(b_key_set) == len(b_keys) and len(c_by_key) == len(c_keys):
+    single = len(b_key_set) == len(b_keys)
+    c_aligned: Sequence[AnyVerdict | None] = []
+    c_key_set: AbstractSet[str]
+    c_only: list[tuple[str, AnyVerdict]] = []
+    if single and b_keys == c_keys:
+        # The same cases in the same order (a harness that runs them one at a time): the
+        # candidate lines up with the baseline as it is, with no join.
+        c_aligned, c_key_set = c_list, b_key_set
+    else:
+        c_by_key = dict(zip(c_keys, c_list, strict=True))
+        c_key_set = c_by_key.keys()
+        single = single and len(c_by_key) == len(c_keys)
+        if single:
+            c_aligned = list(map(c_by_key.get, b_keys))
+            if len(c_by_key) > len(b_keys) - c_aligned.count(None):
+                c_only = [(k, c_by_key[k]) for k in c_keys if k not in b_key_set]
+    if single:
         # One verdict per case and side (the common case): no grouping, no epoch checks.
-        results, checked = _single_epochs(
-            b_keys, b_list, c_keys, c_by_key, b_key_set, exclusions, recordings
-        )
-        unknown = [k for k in exclusions if k not in b_key_set and k not in c_by_key]
+        results, checked = _single_epochs(b_keys, b_list, c_aligned, c_only, exclusions, recordings)
+        unknown = [k for k in exclusions if k not in b_key_set and k not in c_key_set]
     else:
         b_groups = _group(b_keys, b_list)
         c_groups = _group(c_keys, c_list)
@@ -282,14 +297,16 @@ def _gate(
     for outcome, n in Counter(map(_outcome, results)).items():
         counts[outcome] += n
     regressions, improvements = counts["REGRESSION"], counts["IMPROVEMENT"]
+    grouped = _group_reasons(checked)
     stats = Statistics(
         cases=len(results),
         comparable=counts["PASS"] + regressions + improvements,
         safe_to_unsafe=regressions,
         unsafe_to_safe=improvements,
         mcnemar_p=mcnemar_exact_p(regressions, improvements),
-        flaky=sum(1 for r in checked if r.reasons and r.flaky),
-        oracle_contradictions=sum(1 for r in checked if r.reasons and r.contradicted),
+        # Cases carrying the code, as CaseResult.flaky and .contradicted tell them.
+        flaky=grouped.get("flaky", 0),
+        oracle_contradictions=grouped.get("oracle_contradicts_judge", 0),
     )
     return GateReport(
         cases=tuple(results),
@@ -297,16 +314,13 @@ def _gate(
         statistics=stats,
         rebaseline_plan=_plan(checked, recordings),
         unknown_exclusions=tuple(sorted(unknown)),
-        reasons=_group_reasons(checked),
+        reasons=grouped,
     )
 
 
 def _group_reasons(results: Sequence[CaseResult]) -> dict[str, int]:
     """Reason code -> number of cases carrying it (once per case), most frequent first."""
-    tally: Counter[str] = Counter()
-    for r in results:
-        if r.reasons:
-            tally.update({x.code for x in r.reasons})
+    tally = Counter(chain.from_iterable(set(map(_code, r.reasons)) for r in results if r.reasons))
     return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

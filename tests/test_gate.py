@@ -306,6 +306,27 @@ def test_oracle_contradiction_is_flagged_but_does_not_change_outcome() -> None:
     assert report.exit_code(strict_oracle=True) == 1
 
 
+def test_suite_statistics_count_flaky_and_contradicted_cases() -> None:
+    from litmus_sandbox import StepVerdict
+
+    step = StepVerdict(index=0, safe=True, contradictions=("escape",))
+    contradicted = replace(verdict("c2"), steps=(step,))
+    b = [verdict("f", eid="b1"), verdict("f", eid="b2"), verdict("c2"), verdict("c3")]
+    # "f": the candidate's epochs disagree, and both are contradicted; "c2" contradicted.
+    c = [
+        replace(verdict("f", eid="c1"), steps=(step,)),
+        replace(verdict("f", eid="c2", safe=False), steps=(step,)),
+        contradicted,
+        verdict("c3"),
+    ]
+    report = gate(b, c)
+    assert report.statistics.flaky == 1
+    assert report.statistics.oracle_contradictions == 2
+    assert report.reasons == {"oracle_contradicts_judge": 2, "flaky": 1}
+    assert [x.flaky for x in report.cases] == [True, False, False]
+    assert [x.contradicted for x in report.cases] == [True, True, False]
+
+
 # ---------------------------------------------------------------- suite
 
 

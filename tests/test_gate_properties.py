@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from factories import legacy, verdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from litmus_sandbox import RecorderId, compare_case, gate
+from litmus_sandbox import LegacyVerdict, RecorderId, compare_case, gate
 
 COMPARED = {"PASS", "IMPROVEMENT", "REGRESSION"}
 
@@ -156,3 +157,45 @@ def test_suite_gate_equals_case_by_case_compare(
     ]
     assert list(report.cases) == expected
     assert sum(report.counts.values()) == len(order)
+
+
+def _case_by_case(b: list[Any], c: list[Any], exclusions: dict[str, str]) -> list[Any]:
+    order = list(dict.fromkeys([str(v.case_id) for v in b] + [str(v.case_id) for v in c]))
+    return [
+        compare_case(
+            k,
+            [v for v in b if v.case_id == k],
+            [v for v in c if v.case_id == k],
+            exclusion=exclusions.get(k),
+        )
+        for k in order
+    ]
+
+
+def _same_case(v: Any) -> st.SearchStrategy[Any]:
+    """Another verdict, of either shape, for ``v``'s case."""
+    case = str(v.case_id)
+
+    def renamed(other: Any) -> Any:
+        if isinstance(other, LegacyVerdict):
+            return msgspec.structs.replace(other, run_id=case)
+        return msgspec.structs.replace(other, case_id=case)
+
+    return st.one_of(_legacy_side, _native_side).map(renamed)
+
+
+@given(_side, st.data(), st.sets(st.sampled_from(["a", "c", "zz"])))
+def test_suite_gate_over_the_same_cases_in_any_order(
+    b: list[Any], data: st.DataObject, excluded: set[str]
+) -> None:
+    """A candidate over the baseline's cases, in the same order (no join) or another one,
+    gates as compare_case decides case by case, duplicates (epochs) included."""
+    c = [data.draw(_same_case(v)) for v in b]
+    if data.draw(st.booleans(), label="permuted"):
+        c = data.draw(st.permutations(c))
+    exclusions = dict.fromkeys(excluded, "why")
+    report = gate(b, c, exclusions=exclusions)
+    assert list(report.cases) == _case_by_case(b, c, exclusions)
+    assert report.unknown_exclusions == tuple(
+        sorted(k for k in excluded if k not in {v.case_id for v in b})
+    )
