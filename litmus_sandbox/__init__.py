@@ -20,6 +20,7 @@ from ._errors import JudgeError as JudgeError
 from ._errors import LitmusError as LitmusError
 from ._errors import NewerVersionError as NewerVersionError
 from ._errors import RecordDecodeError as RecordDecodeError
+from ._errors import ReplayLogError as ReplayLogError
 from ._errors import UpstreamError as UpstreamError
 from ._gate import CaseResult as CaseResult
 from ._gate import Reason as Reason
@@ -71,6 +72,7 @@ from ._scoring import StepJudgment as StepJudgment
 from ._scoring import coverage as coverage
 from ._store import JsonlWriter as JsonlWriter
 from ._store import ReadWarning as ReadWarning
+from ._store import RecordingWarning as RecordingWarning
 from ._store import VerdictStream as VerdictStream
 from ._store import iter_episodes as iter_episodes
 from ._store import read_episodes as read_episodes
@@ -126,7 +128,9 @@ __all__ = [
     "RecordDecodeError",
     "Recorder",
     "RecorderId",
+    "RecordingWarning",
     "RefusalDetector",
+    "ReplayLogError",
     "ReplayOptions",
     "ReplayReport",
     "ReplaySession",

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from ._errors import ReplayLogError
 from ._records import Episode, ToolCallStep
 from ._replay_match import CallRef, Divergence, OptionsFor, ReplaySession
 
@@ -49,10 +50,13 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     #: False when the episode's own log was read and it did not say which calls went
     #: unused (it ended without an ``end`` record).
     unused_known: bool = True
+    #: Divergences the episode's ``end`` record counts that no step carries (a run cut
+    #: off in the middle of a call it could not serve). They count as divergences.
+    unlisted: int = 0
 
     @property
     def diverged(self) -> bool:
-        return bool(self.divergences or self.unused)
+        return bool(self.divergences or self.unused or self.unlisted)
 
     @property
     def first(self) -> Divergence | None:
@@ -158,22 +162,34 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
     recorded calls and the counts from the ``end`` record's ``meta["replay"]``.
 
     Raises:
-        msgspec.ValidationError: a replay record of the wrong shape.
+        ReplayLogError: a replay record of the wrong shape (never skipped: a check that
+            skipped it could pass a run that diverged).
     """
     if supplements_of(episode):
         return None  # calls a record-new run added to a cassette: a recording, not a replay
+    eid = episode.episode_id
     header_facts = episode.header.meta.get(META_KEY)
     end_facts: Mapping[str, Any] = {}
-    if episode.end is not None and isinstance(episode.end.meta.get(META_KEY), dict):
+    if episode.end is not None and META_KEY in episode.end.meta:
         end_facts = episode.end.meta[META_KEY]
+        if not isinstance(end_facts, dict):
+            raise ReplayLogError(eid, None, f"meta.{META_KEY} is not an object")
     if not isinstance(header_facts, dict) and not end_facts:
         return None
     divergences = []
     for step in episode.steps:
-        facts = step.meta.get(META_KEY)
-        if isinstance(facts, dict) and isinstance(facts.get("divergence"), dict):
+        if META_KEY not in step.meta:
+            continue
+        facts = step.meta[META_KEY]
+        if not isinstance(facts, dict):
+            raise ReplayLogError(eid, step.index, f"meta.{META_KEY} is not an object")
+        if facts.get("divergence") is None:
+            continue
+        try:
             d = msgspec.convert(facts["divergence"], Divergence)
-            divergences.append(msgspec.structs.replace(d, step=step.index))
+        except msgspec.ValidationError as exc:
+            raise ReplayLogError(eid, step.index, f"meta.{META_KEY}.divergence: {exc}") from None
+        divergences.append(msgspec.structs.replace(d, step=step.index))
     sources = end_facts.get("sources") or (
         header_facts.get("sources", []) if isinstance(header_facts, dict) else []
     )
@@ -183,8 +199,9 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
         if isinstance(s, ToolCallStep) and (s.fidelity == "replayed" or META_KEY in s.meta)
     )
     try:
+        counted = msgspec.convert(end_facts.get("divergences", len(divergences)), int)
         return ReplayReport(
-            episode_id=episode.episode_id,
+            episode_id=eid,
             case_id=episode.case_id,
             sources=msgspec.convert(sources, tuple[str, ...]),
             calls=msgspec.convert(end_facts.get("calls", calls), int),
@@ -193,6 +210,7 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
             unused=msgspec.convert(end_facts.get("unused", []), tuple[CallRef, ...]),
             origin="log",
             unused_known=bool(end_facts),
+            unlisted=max(0, counted - len(divergences)),
         )
     except msgspec.ValidationError as exc:
-        raise msgspec.ValidationError(f"episode {episode.episode_id}: {exc}") from None
+        raise ReplayLogError(eid, None, f"meta.{META_KEY}: {exc}") from None

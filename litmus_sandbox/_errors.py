@@ -26,6 +26,17 @@ class NewerVersionError(RecordDecodeError):
     """A record was written by a newer schema version than this reader understands."""
 
 
+class ReplayLogError(LitmusError, ValueError):
+    """A replay record of the wrong shape in an episode's own log, and where it is:
+    ``step`` is the step's index, or None for the ``end`` record."""
+
+    def __init__(self, episode_id: str, step: int | None, problem: str) -> None:
+        super().__init__(problem)
+        self.episode_id = episode_id
+        self.step = step
+        self.problem = problem
+
+
 class UpstreamError(LitmusError):
     """Infrastructure failed: a tool server, a judge endpoint, a subprocess."""
 

@@ -4,7 +4,8 @@ Two values are equal when they are equal as JSON: key order never matters, ``1``
 ``1.0`` (JSON has one number type) and ``true`` is not ``1``. A *path* names a place in
 a value with a small JSONPath subset (``$.a.b``, ``$.items[*].id``, ``$['odd key']``,
 ``$[0]``); replay drops *ignored* paths from both sides before comparing, and reports the
-paths where two values differ.
+paths where two values differ. An ignored list element keeps its place (later elements keep
+their indices); ``[*]`` at the end of a path ignores every element, however many.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def format_path(segments: Sequence[Segment]) -> str:
 
 
 _REMOVED = object()
+#: What an ignored list element compares as, on both sides (a string, so it encodes).
+_IGNORED = "\u0000ignored"
 
 
 def _strip(obj: Any, path: tuple[Segment, ...]) -> Any:
@@ -117,15 +120,14 @@ def _strip(obj: Any, path: tuple[Segment, ...]) -> Any:
             indices = range(head % len(obj), head % len(obj) + 1)
         else:
             return obj
+        if isinstance(head, _Wild) and not rest:
+            return []  # every element ignored, however many
         items = list(obj)
-        dropped = set()
         for i in indices:
             value = _strip(obj[i], rest)
-            if value is _REMOVED:
-                dropped.add(i)
-            else:
-                items[i] = value
-        return [v for i, v in enumerate(items) if i not in dropped]
+            # An ignored element keeps its place, so later elements keep their indices.
+            items[i] = _IGNORED if value is _REMOVED else value
+        return items
     return obj
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from ._records import (
     ToolCallStep,
 )
 from ._replay_match import OptionsFor, ReplayOptions, ReplaySession, Served
-from ._store import JsonlWriter, ReadWarning, read_episodes
+from ._store import JsonlWriter, ReadWarning, RecordingWarning, read_episodes
 
 _ANY = ReplayOptions()
 
@@ -89,6 +90,19 @@ class Cassette:
         target = record_to if record_to is not None else (paths[0] if paths else None)
         cassette = cls(episodes, record_to=target, fsync=fsync)
         cassette.warnings = warnings
+        return cassette
+
+    @classmethod
+    def load(
+        cls, replay: Sequence[str | os.PathLike[str]] | Cassette, *, fsync: bool, stacklevel: int
+    ) -> Cassette:
+        """``replay`` itself if a cassette, else read from its files, each tolerated read
+        problem issued as a :class:`RecordingWarning` (``stacklevel`` as for ``warn``)."""
+        if isinstance(replay, Cassette):
+            return replay
+        cassette = cls.from_files(replay, fsync=fsync)
+        for w in cassette.warnings:
+            warnings.warn(str(w), RecordingWarning, stacklevel=stacklevel + 1)
         return cassette
 
     def step(self, episode_id: str, index: int) -> ToolCallStep | None:

@@ -17,7 +17,7 @@ import msgspec
 
 from ._diff import CATEGORIES, Change, EpisodeDiff, diff_episodes, pair_by_case
 from ._divergence import ReplayReport, check_episodes, report_from_log
-from ._errors import ConfigError
+from ._errors import ConfigError, RecordDecodeError, ReplayLogError
 from ._jsonpath import parse_path
 from ._policy import Policy
 from ._records import Episode
@@ -135,6 +135,29 @@ def _options_for(args: argparse.Namespace) -> Callable[[str], ReplayOptions | No
     return lambda _tool: opts
 
 
+def _locate(paths: Sequence[str], episode_id: str, step: int | None) -> tuple[str, int | None]:
+    """The file and line of an episode's step ``step`` (its ``end`` record if None)."""
+    kind = "end" if step is None else "step"
+    needle = episode_id.encode()
+    for path in paths:
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if needle not in line:
+                    continue
+                try:
+                    rec = msgspec.json.decode(line)
+                except msgspec.DecodeError:
+                    continue
+                if (
+                    isinstance(rec, dict)
+                    and rec.get("kind") == kind
+                    and rec.get("episode_id") == episode_id
+                    and (step is None or rec.get("index") == step)
+                ):
+                    return path, lineno
+    return ", ".join(paths), None
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Check (or report) how episodes followed their recording."""
     if not args.cassette and (args.order or args.ignore or args.policy):
@@ -152,10 +175,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         try:
             found = [report_from_log(ep) for ep in episodes]
-        except msgspec.ValidationError as exc:
-            raise ConfigError(
-                f"{', '.join(args.episodes)}: malformed replay record: {exc}"
-            ) from None
+        except ReplayLogError as exc:
+            path, line = _locate(args.episodes, exc.episode_id, exc.step)
+            raise RecordDecodeError(path, line, f"malformed replay record: {exc.problem}") from None
         reports = [r for r in found if r is not None]
         if not reports:
             raise ConfigError(
@@ -211,8 +233,14 @@ def render_replay_table(reports: Sequence[ReplayReport], exit_code: int) -> str:
         sources = ", ".join(r.sources) or "nothing"
         lines.append(
             f"{r.case_id}  episode {r.episode_id} replaying {sources}: {r.calls} calls, "
-            f"{r.served} served, {len(r.divergences)} divergences, {len(r.unused)} unused  {state}"
+            f"{r.served} served, {len(r.divergences) + r.unlisted} divergences, "
+            f"{len(r.unused)} unused  {state}"
         )
+        if r.unlisted:
+            lines.append(
+                f"  {r.unlisted} divergence(s) counted by the end record on no step "
+                "(the run stopped in the middle of a call it could not serve)"
+            )
         if r.first is not None:
             lines.append("  first divergence:")
             lines.extend(_divergence_lines(r.first, "    "))

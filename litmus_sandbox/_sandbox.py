@@ -540,9 +540,13 @@ class Sandbox:
         # Said now, not at the first call: a session must not start that cannot serve.
         self.policy.require_recordings(replay is not None)
         self._cassette = (
-            replay
-            if isinstance(replay, Cassette) or replay is None
-            else Cassette.from_files(as_paths(replay), fsync=fsync)
+            None
+            if replay is None
+            else Cassette.load(
+                replay if isinstance(replay, Cassette) else as_paths(replay),
+                fsync=fsync,
+                stacklevel=2,
+            )
         )
         if self._cassette is not None and self._cassette.record_to is not None:
             self._ignore_in_probes(self._cassette.record_to)  # a cassette we grow: ours too

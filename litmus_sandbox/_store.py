@@ -50,6 +50,15 @@ class ReadWarning:
         return f"{self.path}:{self.line}: warning: {self.message}"
 
 
+class RecordingWarning(UserWarning):
+    """A recording was read with something the reader tolerated (a torn last line).
+
+    Issued (``warnings.warn``) where a library call reads recordings the caller never sees
+    read, such as ``Sandbox(replay=PATHS)``; readers that return their warnings
+    (``read_episodes``, ``Cassette.from_files``) do not issue it.
+    """
+
+
 class JsonlWriter:
     """Append records to a JSON Lines file, one flushed line per record.
 

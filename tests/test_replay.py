@@ -14,6 +14,7 @@ from litmus_sandbox import (
     ConfigError,
     EpisodeRecorder,
     Policy,
+    RecordingWarning,
     ReplayOptions,
     Sandbox,
     ToolCallStep,
@@ -340,3 +341,26 @@ async def test_record_new_keeps_the_steps_meta_in_the_grown_cassette(tmp_path: P
     assert added.meta == {"repr_only": True}
     (live,) = tool_calls(tmp_path / "live.jsonl")
     assert live.meta["replay"]["recorded_as"]["episode_id"] == supplement.episode_id
+
+
+async def test_a_torn_recording_is_replayed_with_a_warning_naming_its_line(
+    tmp_path: Path,
+) -> None:
+    """The whole calls of a torn cassette are served; the torn one is said, not dropped
+    silently (a RecordingWarning naming file:line)."""
+    await run(tmp_path, "rec.jsonl", ["abcd"])
+    cassette = tmp_path / "rec.jsonl"
+    lines = cassette.read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b"".join(lines[:3]) + lines[3][:20])
+    with pytest.warns(RecordingWarning, match=r"torn\.jsonl:4: warning: torn last line"):
+        sandbox = Sandbox(
+            root=tmp_path / "root",
+            episodes=tmp_path / "replay.jsonl",
+            policy=Policy(default="replay"),
+            tools={},
+            replay=[torn],
+        )
+    async with sandbox, sandbox.episode("c1") as ep:
+        found = await ep.call("lookup", key="abcd")
+    assert found.value == {"key": "abcd", "value": 28}

@@ -173,5 +173,65 @@ def test_a_malformed_replay_log_is_bad_input(tmp_path: Path) -> None:
         timeout=60,
     )
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
-    assert "malformed replay record" in r.stderr
+    assert "bad.jsonl:3: malformed replay record" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _replay_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "litmus_sandbox._cli", "replay", "--check", path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def _replayed_with_one_miss(tmp_path: Path, files: dict[str, Path]) -> list[Any]:
+    sandbox = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "new.jsonl",
+        policy=Policy(default="replay", replay={"ignore": ["$.rid"]}),
+        replay=[files["rec"]],
+    )
+    async with sandbox, sandbox.episode("c1") as ep:
+        await ep.call("search", q="a", rid=99)
+        await ep.call("send", to="y")
+    return [json.loads(line) for line in (tmp_path / "new.jsonl").read_text().splitlines()]
+
+
+async def test_a_malformed_logged_divergence_is_bad_input_never_a_pass(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    records = await _replayed_with_one_miss(tmp_path, files)
+    (line,) = [
+        i for i, r in enumerate(records, 1) if "divergence" in r.get("meta", {}).get("replay", {})
+    ]
+    records[line - 1]["meta"]["replay"]["divergence"] = "junk"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = _replay_check(bad)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+    assert f"bad.jsonl:{line}: malformed replay record: meta.replay.divergence" in r.stderr
+    # The end record's replay facts of the wrong shape are named by their line too.
+    records[line - 1]["meta"]["replay"].pop("divergence")
+    records[-1]["meta"]["replay"]["unused"] = 5
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = _replay_check(bad)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+    assert f"bad.jsonl:{len(records)}: malformed replay record" in r.stderr
+
+
+async def test_divergences_the_end_record_counts_on_no_step_fail_the_check(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    records = await _replayed_with_one_miss(tmp_path, files)
+    for r in records:
+        r.get("meta", {}).get("replay", {}).pop("divergence", None)
+    assert records[-1]["meta"]["replay"]["divergences"] == 1
+    records[-1]["meta"]["replay"]["unused"] = []
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = _replay_check(cut)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 divergence(s) counted by the end record on no step" in r.stdout

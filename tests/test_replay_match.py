@@ -55,6 +55,25 @@ def test_key_ignores_key_order_number_spelling_and_ignored_paths() -> None:
     assert call_key("search", {"t": (1, 2)}) == call_key("search", {"t": [1, 2]})
 
 
+def test_an_ignored_list_element_keeps_the_indices_of_those_after_it() -> None:
+    s = session(recording(("t", {"list": [9, 8, 7]})), ignore=("$.list[0]",))
+    assert isinstance(s.match("t", {"list": [5, 8, 7]}), Served)
+    miss = s.match("t", {"list": [9, 8, 0]})
+    assert isinstance(miss, Divergence)
+    assert miss.closest[0].differs == ("$.list[2]",)
+    # The ignored element never counts, and a list of another length is another call.
+    s = session(recording(("t", {"items": [{"v": 1}, {"v": 2}]})), ignore=("$.items[0]",))
+    miss = s.match("t", {"items": [{"v": 0}, {"v": 3}]})
+    assert isinstance(miss, Divergence)
+    assert miss.closest[0].differs == ("$.items[1].v",)
+    assert isinstance(s.match("t", {"items": [{"v": 0}, {"v": 2}, {"v": 4}]}), Divergence)
+
+
+def test_an_ignored_wildcard_ignores_every_element_however_many() -> None:
+    s = session(recording(("t", {"list": [1, 2], "q": "a"})), ignore=("$.list[*]",))
+    assert isinstance(s.match("t", {"list": [3, 4, 5], "q": "a"}), Served)
+
+
 def test_differing_paths_name_every_difference() -> None:
     a = normalize_args({"q": "a", "page": 1, "tags": ["x", "y"], "gone": 1})
     b = normalize_args({"q": "b", "page": 1, "tags": ["x"], "new": 2})

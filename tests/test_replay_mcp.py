@@ -187,3 +187,24 @@ def test_policies_that_need_a_server_are_refused(tmp_path: Path) -> None:
         assert r.returncode == 2, r.stderr
         assert "server-less replay" in r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_a_torn_cassette_is_said_on_stderr(tmp_path: Path) -> None:
+    cassette = tmp_path / "torn.jsonl"
+    with JsonlWriter(cassette) as w:
+        w.write(header("h1", "c1"))
+        w.write(call(0, "weather", "rain", eid="h1", args={"city": "Bergen"}))
+    whole = cassette.read_bytes()
+    cassette.write_bytes(whole + b'{"kind": "step", "v": 1, "episode_id": "h1", "ind')
+    r = subprocess.run(
+        [*PROXY, "--episodes", str(tmp_path / "e.jsonl"), "--replay", str(cassette)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "torn last line" in line]
+    assert len(said) == 1
+    assert said[0].startswith(f"litmus-sandbox: {cassette}:3: warning: torn last line")
+    assert "RecordingWarning" not in r.stderr  # said once, as one line

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from litmus_sandbox import ConfigError, Policy
+from litmus_sandbox import Cassette, ConfigError, Policy
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -269,6 +269,12 @@ def run(args: argparse.Namespace) -> int:
     if policy is not None:
         policy.require_recordings(bool(args.replay))
     probes = _probes(args, root)
+    cassette = None
+    if args.replay:
+        # Read here, not by the proxy, so that what the reader tolerated is said on stderr.
+        cassette = Cassette.from_files(args.replay, fsync=args.fsync)
+        for w in cassette.warnings:
+            print(f"litmus-sandbox: {w}", file=sys.stderr)
     common: dict[str, Any] = {
         "episodes": args.episodes,
         "policy": policy,
@@ -277,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         "agent": args.agent,
         "timeout": args.timeout,
         "probes": probes,
-        "replay": args.replay or None,
+        "replay": cassette,
         "fsync": args.fsync,
     }
     if args.listen or args.upstream:
@@ -294,8 +300,9 @@ def run(args: argparse.Namespace) -> int:
     if not command and args.replay:
         if args.env:
             raise ConfigError("--env applies to a server the proxy starts; replay starts none")
+        assert cassette is not None
         server = ReplayServer(
-            args.replay,
+            cassette,
             **{k: common[k] for k in ("episodes", "policy", "root", "case_id", "agent", "probes")},
             fsync=args.fsync,
         )

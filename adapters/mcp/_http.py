@@ -32,7 +32,7 @@ import h11
 import httpx
 from anyio.abc import SocketStream, TaskGroup, TaskStatus
 
-from litmus_sandbox import ConfigError, Policy, Sandbox
+from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox
 from litmus_sandbox.oracles._probe import Probe
 
 from ._downstream import (
@@ -111,7 +111,7 @@ class HttpProxy:
         agent: str | None = None,
         timeout: float | None = None,
         probes: Sequence[Probe] = (),
-        replay: Sequence[PathLike] | None = None,
+        replay: Sequence[PathLike] | Cassette | None = None,
         fsync: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:

@@ -131,9 +131,7 @@ class ReplayServer:
         probes: Sequence[Probe] = (),
         fsync: bool = False,
     ) -> None:
-        cassette = (
-            replay if isinstance(replay, Cassette) else Cassette.from_files(replay, fsync=fsync)
-        )
+        cassette = Cassette.load(replay, fsync=fsync, stacklevel=2)
         if not cassette.episodes:
             raise ConfigError("server-less replay: the recording holds no episode")
         if policy is None:

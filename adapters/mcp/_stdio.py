@@ -48,7 +48,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from litmus_sandbox import ConfigError, OpenCall, Policy, Sandbox, ToolCallStep
+from litmus_sandbox import Cassette, ConfigError, OpenCall, Policy, Sandbox, ToolCallStep
 from litmus_sandbox._open_call import Finalize
 from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy
@@ -181,7 +181,7 @@ class StdioProxy:
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         probes: Sequence[Probe] = (),
-        replay: Sequence[PathLike] | None = None,
+        replay: Sequence[PathLike] | Cassette | None = None,
         fsync: bool = False,
         grace: float = 5.0,
         egress: EgressPolicy | Mapping[str, Any] | None = None,
