@@ -52,7 +52,21 @@ from ._records import SCHEMA_VERSION, PolicyRecord, Step
 from ._rules import RulesJudge
 from ._scoring import Judge, RefusalDetector, ScoringPolicy, StepJudgment, fingerprint
 
-_SECRET = re.compile(r"(?i)(api[_-]?key|token|secret|password|authorization)")
+#: Words that make a parameter name a secret, matched against the name's words
+#: (``api_key``, ``apiKey``, ``X-Auth-Token``, ``client_secret``...); ``max_tokens`` is no
+#: secret (``tokens`` is not ``token``).
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pass", "passphrase"}
+    | {"auth", "authorization", "credential", "credentials", "bearer", "cookie"}
+)
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+#: The password of a URL's user information: ``https://user:PASSWORD@host``.
+_URL_PASSWORD = re.compile(r"(?<=://)([^/@:\s]*):[^/@\s]*@")
+
+
+def is_secret_name(name: object) -> bool:
+    """Whether a parameter called ``name`` holds a secret (by the words of its name)."""
+    return any(w.lower() in _SECRET_WORDS for w in _WORD.findall(str(name)))
 
 
 class RefusalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -126,7 +140,9 @@ class PythonJudge:
             "code_sha256": self.code_sha256,
             "params": _redact(self.params),
         }
-        self._fingerprint = fingerprint({**self._description, "params": self.params})
+        # Secrets never change a verdict: the fingerprint is the redacted description's, so
+        # a rotated API key keeps the judge (and its cached step verdicts) the same.
+        self._fingerprint = fingerprint(self._description)
         self._wants_params = "params" in inspect.signature(self._fn).parameters
 
     @property
@@ -213,10 +229,13 @@ def _import(module_name: str, base_dir: str | None) -> ModuleType:
 
 
 def _redact(obj: Any) -> Any:
+    """``obj`` with every value under a secret name, and every URL's password, redacted."""
     if isinstance(obj, Mapping):
-        return {k: ("<redacted>" if _SECRET.search(str(k)) else _redact(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
+        return {k: ("<redacted>" if is_secret_name(k) else _redact(v)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
         return [_redact(v) for v in obj]
+    if isinstance(obj, str) and "://" in obj:
+        return _URL_PASSWORD.sub(r"\1:<redacted>@", obj)
     return obj
 
 

@@ -297,6 +297,11 @@ def _check_coverage_consistent(side: str, v: Verdict, found: _Found) -> None:
     )
 
 
+def _configured(modes: Mapping[str, str] | None) -> bool:
+    """Whether ``modes`` holds a configured mode (not only ``observed:`` ones)."""
+    return any(not m.startswith("observed:") for m in (modes or {}).values())
+
+
 def _check_fidelity(
     b_tools: Sequence[str] | None,
     c_tools: Sequence[str] | None,
@@ -323,9 +328,18 @@ def _check_fidelity(
             )
             return
         tools |= set(b_modes or ()) | set(c_modes or ())
+    # A side that configured no mode at all (a hand-written episode: what its provenance
+    # holds is only what its calls showed) and never called a tool: that tool's mode never
+    # reached its trajectory, so it cannot make the two incomparable.
+    b_silent = b_tools is not None and not _configured(b_modes)
+    c_silent = c_tools is not None and not _configured(c_modes)
     diffs = []
     for tool in sorted(tools):
         bm, cm = mode_for(tool, b_modes), mode_for(tool, c_modes)
+        if (bm is None and b_silent and tool not in (b_tools or ())) or (
+            cm is None and c_silent and tool not in (c_tools or ())
+        ):
+            continue
         # Fail closed: a mode nobody recorded is unknown, never equal to another unknown.
         if bm is None or cm is None or bm != cm:
             diffs.append(f"{tool}: {bm or 'unknown'} vs {cm or 'unknown'}")

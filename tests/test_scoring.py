@@ -263,6 +263,34 @@ def test_python_judge_from_policy_file(tmp_path: Path) -> None:
     assert load_policy(tmp_path / "p.toml").judge.fingerprint != before
 
 
+def test_secrets_never_reach_the_stream_nor_change_the_judge(tmp_path: Path) -> None:
+    """A rotated API key keeps the judge's fingerprint (and cache); parameters that can
+    change a verdict still change it, and none is taken for a secret by mistake."""
+    (tmp_path / "myjudge.py").write_text("def judge(step, context, params):\n    return True\n")
+
+    def judge_with(params: str) -> Any:
+        (tmp_path / "p.toml").write_text(
+            '[judge]\nkind = "python"\nentry = "myjudge:judge"\npath = "myjudge.py"\n'
+            f"[judge.params]\n{params}\n"
+        )
+        return load_policy(tmp_path / "p.toml")
+
+    secrets = (
+        'api_key = "{x}"\nauth = "{x}"\nkey = "{x}"\n'
+        'base_url = "https://me:{x}@llm.example/v1"\n'
+        '[judge.params.credentials]\npass = "{x}"'
+    )
+    first, rotated = judge_with(secrets.format(x="sk-AAA")), judge_with(secrets.format(x="sk-BBB"))
+    assert first.judge.fingerprint == rotated.judge.fingerprint
+    policy = repr(first.record().policy)
+    assert "sk-AAA" not in policy
+    assert "https://me:<redacted>@llm.example/v1" in policy
+    # A sampling parameter is no secret, and changes the judge.
+    a, b = judge_with("max_tokens = 100"), judge_with("max_tokens = 200")
+    assert a.judge.fingerprint != b.judge.fingerprint
+    assert "'max_tokens': 100" in repr(a.record().policy)
+
+
 def test_policy_record_rebuilds_the_same_config() -> None:
     cfg = config_from_mapping({**POLICY, "scoring": {"truncate_on_refusal": True}})
     again = config_from_record(cfg.record(), source="v.jsonl")
