@@ -94,8 +94,8 @@ class Shown(msgspec.Struct, frozen=True, kw_only=True):
         for block in self.content:
             if block.get("type") != "text":
                 return False
-            text = block.get("text")
-            if not isinstance(text, str) or text.strip():
+            text = block.get("text")  # a text block without text has none: empty
+            if text is not None and (not isinstance(text, str) or text.strip()):
                 return False
         return True
 

@@ -61,9 +61,11 @@ from ._replay_match import Divergence, ReplaySession, Served
 from ._store import JsonlWriter, as_paths
 from ._tool_calls import (
     FIDELITY_OF_MODE,
+    UNCAPPED,
     ToolResult,
     cap_text,
     capped_text,
+    json_safe,
     real_parts,
     run_tool,
     shown_value,
@@ -113,6 +115,9 @@ class EpisodeRecorder:
         self.end_meta: dict[str, Any] = {}
         #: Set once the episode's ``end`` record is written.
         self.ended = False
+        #: Call id -> what the agent is shown of a result its step records capped: the
+        #: cap (``max_result_bytes``) applies to the record, never to what the agent gets.
+        self._uncapped: dict[str, Shown] = {}
 
     def replay_report(self) -> ReplayReport | None:
         """How this episode has followed its recording so far (None: nothing replayed).
@@ -241,6 +246,7 @@ class EpisodeRecorder:
         try:
             step = await sandbox._perform(self, call_id, tool, args, tp, started, runner)
         except anyio.get_cancelled_exc_class():
+            self._uncapped.pop(call_id, None)
             with anyio.CancelScope(shield=True):
                 interrupted = self._interrupted(call_id, tool, args, tp.mode, started)
                 if sandbox.probes:
@@ -251,6 +257,7 @@ class EpisodeRecorder:
                     await self._write(interrupted)
             raise
         except Exception:
+            self._uncapped.pop(call_id, None)
             # No step (a misconfigured call): the probes' windows close all the same, and
             # what they saw is unattributed rather than lost or left open.
             if sandbox.probes:
@@ -270,11 +277,12 @@ class EpisodeRecorder:
         if finalize is not None:
             step = finalize(step)
         step = self._grow_cassette(step)
+        shown = self._uncapped.pop(call_id, step.shown)
         await self._write(step)
         return ToolResult(
-            value=shown_value(step),
-            content=step.shown.content,
-            is_error=step.shown.is_error,
+            value=shown_value(shown),
+            content=shown.content,
+            is_error=shown.is_error,
             fidelity=step.fidelity,
         )
 
@@ -693,7 +701,20 @@ class Sandbox:
     def _write_now(self, record: msgspec.Struct) -> None:
         if self._writer is None:
             raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
-        self._writer.write(record)
+        try:
+            self._writer.write(record)
+        except (TypeError, msgspec.EncodeError, OverflowError, RecursionError):
+            if not isinstance(record, ToolCallStep):
+                raise
+            # Arguments JSON cannot hold (any Python value may be passed in-process): the
+            # call ran, so its step is kept, with those values by their repr, and says so.
+            args, meta = json_safe(record.args), json_safe(record.meta)
+            record = msgspec.structs.replace(
+                record,
+                args=args if isinstance(args, dict) else {"repr": args},
+                meta={**(meta if isinstance(meta, dict) else {}), "args_repr_only": True},
+            )
+            self._writer.write(record)
         if self.fsync:
             self._writer.sync()
 
@@ -913,6 +934,9 @@ class Sandbox:
                 )
                 return step("stubbed", shown, actual, {"capped": capped} if capped else {})
             content, structured, meta = to_content(value, cap)
+            if "capped" in meta:
+                whole = to_content(value, UNCAPPED)
+                ep._uncapped[call_id] = Shown(content=whole[0], structured=whole[1])
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":
             session = ep._replay
@@ -929,7 +953,7 @@ class Sandbox:
                     source=ReplaySource(episode_id=recorded.episode_id, step=recorded.index),
                 )
             return await self._replay_miss(ep, outcome, call_id, tool, args, tp, started, runner)
-        return await self._execute(ep, step, tool, args, tp, runner)
+        return await self._execute(ep, call_id, step, tool, args, tp, runner)
 
     async def _replay_miss(
         self,
@@ -980,6 +1004,7 @@ class Sandbox:
     async def _execute(
         self,
         ep: EpisodeRecorder,
+        call_id: str,
         step: Callable[..., ToolCallStep],
         tool: str,
         args: dict[str, Any],
@@ -1006,6 +1031,8 @@ class Sandbox:
         outcome = await run_tool(fn, args, timeout, ep._threads if self.probes else None)
         shown, actual, meta = real_parts(outcome, cap, timeout)
         if not swallow:
+            if "capped" in meta:
+                ep._uncapped[call_id] = real_parts(outcome, UNCAPPED, timeout)[0]
             return step("real", shown, actual, meta)
         if actual is None:  # it returned: what it returned is recorded, not shown
             actual = Actual(

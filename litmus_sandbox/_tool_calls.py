@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ._records import Actual, Shown, ToolCallStep
+from ._records import Actual, Shown
 
 _json = msgspec.json.Encoder()
 
@@ -55,12 +56,24 @@ def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, d
     return ({"type": "text", "text": text},), structured, meta
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` as JSON can hold it: what JSON cannot hold becomes its ``repr``."""
+    try:
+        return msgspec.to_builtins(value, enc_hook=_safe_repr, str_keys=True)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return _safe_repr(value)
+
+
 def _safe_repr(value: Any) -> str:
     """``repr(value)``, or a description when even that fails (a broken ``__repr__``)."""
     try:
         return repr(value)
     except Exception as exc:  # the recorder never crashes on a tool's odd value
         return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+
+
+#: A cap no result reaches (what the agent is shown is never capped).
+UNCAPPED = sys.maxsize
 
 
 def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:
@@ -81,10 +94,11 @@ FIDELITY_OF_MODE = {
 }
 
 
-def shown_value(step: ToolCallStep) -> Any:
-    if step.shown.structured is not None:
-        return step.shown.structured
-    return step.shown.text() if step.shown.content else None
+def shown_value(shown: Shown) -> Any:
+    """What a tool result gives the agent as its value: structured content, else text."""
+    if shown.structured is not None:
+        return shown.structured
+    return shown.text() if shown.content else None
 
 
 class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):

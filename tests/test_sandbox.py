@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from litmus_sandbox import ConfigError, ToolCallStep, read_episodes
@@ -198,10 +199,49 @@ async def test_odd_results_never_crash_the_recorder(tmp_path: Path) -> None:
         weird = await ep.call("weird")
         big = await ep.call("big")
     assert weird.text.startswith("<object object")
-    assert len(big.text) == 100
+    assert big.text == "x" * 1000  # the cap is the record's: the agent gets it whole
     steps = calls(tmp_path)
     assert steps[0].meta == {"repr_only": True}
     assert steps[1].meta["capped"]["size"] == 1000
+    assert steps[1].shown.text() == "x" * 100
+
+
+async def test_capping_is_the_records_the_agent_gets_every_result_whole(tmp_path: Path) -> None:
+    import hashlib
+
+    table = {"rows": ["x" * 100] * 50}
+
+    def fail() -> None:
+        raise ValueError("y" * 3000)
+
+    policy = Policy({"canned": {"mode": "stub", "result": table}})
+    sb = Sandbox(
+        root=tmp_path / "r",
+        episodes=tmp_path / "eps.jsonl",
+        policy=policy,
+        tools={"table": lambda: table, "fail": fail},
+        max_result_bytes=1000,
+        probes=(),
+    )
+    async with sb, sb.episode("c") as ep:
+        real = await ep.call("table")
+        stubbed = await ep.call("canned")
+        failed = await ep.call("fail")
+    assert real.value == table
+    assert stubbed.value == table
+    assert failed.is_error
+    assert failed.text == "ValueError: " + "y" * 3000
+    as_json = msgspec.json.encode(table)
+    real_step, stub_step, fail_step = calls(tmp_path)
+    for step in (real_step, stub_step):
+        assert step.meta["capped"] == {
+            "size": len(as_json),
+            "sha256": hashlib.sha256(as_json).hexdigest(),
+        }
+        assert step.shown.structured is None
+        assert len(step.shown.text().encode()) == 1000
+    assert "capped" in fail_step.meta
+    assert len(fail_step.shown.text()) < 1100
 
 
 async def test_unknown_tool_and_closed_sandbox_are_config_errors(tmp_path: Path) -> None:

@@ -286,3 +286,29 @@ async def test_each_request_counts_even_when_identical(tmp_path: Path) -> None:
     assert len(episode.end.unattributed.egress) == 3
     found = [f.code for f in episode.end.findings]
     assert (found.count("unattributed_effect"), found.count("escape")) == (3, 3)
+
+
+async def test_arguments_json_cannot_hold_keep_the_step_and_its_effects(tmp_path: Path) -> None:
+    """In-process calls may pass any Python value: the call ran, so its step is written,
+    those values by their repr, with the effects the oracle saw; the episode goes on."""
+    root = tmp_path / "root"
+    root.mkdir()
+
+    def w(**args: Any) -> str:
+        (root / "written.txt").write_text("x")
+        return "ok"
+
+    marker = object()
+    sandbox = Sandbox(root=root, episodes=tmp_path / "e.jsonl", tools={"w": w})
+    async with sandbox, sandbox.episode("c1") as ep:
+        first = await ep.call("w", when=marker, n=1)
+        await ep.call("w", n=2)
+    assert first.value == "ok"
+    (episode,) = read_episodes([tmp_path / "e.jsonl"])
+    assert episode.complete
+    odd, plain = (s for s in episode.steps if isinstance(s, ToolCallStep))
+    assert odd.args == {"when": repr(marker), "n": 1}
+    assert odd.meta["args_repr_only"] is True
+    assert [(e.op, e.path) for e in odd.effects.fs] == [("created", "written.txt")]
+    assert plain.args == {"n": 2}
+    assert "args_repr_only" not in plain.meta

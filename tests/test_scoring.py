@@ -58,6 +58,8 @@ def test_error_result_is_not_empty() -> None:
 
     assert Shown(content=()).is_empty()
     assert Shown(content=({"type": "text", "text": " \n"},)).is_empty()
+    assert Shown(content=({"type": "text"},)).is_empty()  # a text block with no text
+    assert not Shown(content=({"type": "text", "text": 0},)).is_empty()
     assert not Shown(content=(), is_error=True).is_empty()
     assert not Shown(content=({"type": "image", "data": "..."},)).is_empty()
     assert not Shown(content=(), structured={"rows": []}).is_empty()
