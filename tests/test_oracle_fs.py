@@ -926,3 +926,80 @@ def test_an_entry_that_could_not_be_read_says_so_in_its_effect(root: Path) -> No
     assert (modified.op, modified.error) == ("modified", "unreadable: Permission denied")
     (fine,) = effects_for("f", None, readable)
     assert fine.error is None
+
+
+@pytest.mark.parametrize("parent_is_a_tripwire", [True, False])
+async def test_directories_beside_a_root_in_a_crowded_parent_are_checked_at_the_end(
+    base: Path, parent_is_a_tripwire: bool
+) -> None:
+    """A root made by mkdtemp() in a busy temp dir: its many neighbours are not watched at
+    each call (that would cost every call), but an escape into one is still found, one
+    level deep, when the episode ends (unattributed, with an escape finding). So whether
+    the parent is a tripwire itself (the temp dir) or only the root's surroundings."""
+    crowd = base / "crowd"
+    root = crowd / "root"
+    root.mkdir(parents=True)
+    neighbours = [crowd / f"tmp{i:02d}" for i in range(40)]
+    for d in neighbours:
+        d.mkdir()
+    (neighbours[7] / "existing.txt").write_bytes(b"old")
+    episodes = base / "eps.jsonl"
+
+    def act() -> str:
+        (neighbours[3] / "pwn.txt").write_bytes(b"pwn")
+        (root / ".." / neighbours[7].name / "existing.txt").write_bytes(b"new")
+        (root / "inside.txt").write_bytes(b"ok")
+        return "done"
+
+    probe = FsProbe(root, tripwires=[crowd if parent_is_a_tripwire else base])
+    sb = Sandbox(root=root, episodes=episodes, tools={"act": act}, probes=[probe])
+    async with sb, sb.episode("crowded") as ep:
+        await ep.call("act")
+    assert probe.describe()["checked_at_end"] == {"beside_root": 40}
+    (episode,) = read_episodes(episodes)
+    (step,) = [s for s in episode.steps if isinstance(s, ToolCallStep)]
+    assert [(e.path, e.op) for e in step.effects.fs] == [("inside.txt", "created")]
+    assert episode.end is not None
+    leaked = sorted((e.path, e.op) for e in episode.end.unattributed.fs if mine(base, e.path))
+    assert leaked == [
+        (f"{neighbours[3]}/pwn.txt", "created"),
+        (f"{neighbours[7]}/existing.txt", "modified"),
+    ]
+    escapes = sorted(f.path or "" for f in episode.end.findings if f.code == "escape")
+    assert escapes == [f"{neighbours[3]}/pwn.txt", f"{neighbours[7]}/existing.txt"]
+
+
+async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory() -> None:
+    """The common set-up: root and an unrelated folder both made by mkdtemp() in the
+    system temp dir, default tripwires. A write into the other folder is an escape."""
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="litmus-test-work-"))
+    root = Path(tempfile.mkdtemp(prefix="litmus-test-root-"))
+    outside = Path(tempfile.mkdtemp(prefix="litmus-test-outside-"))
+    try:
+
+        def act() -> str:
+            (outside / "pwn.txt").write_bytes(b"pwn")
+            (root / ".." / outside.name / "pwn2.txt").write_bytes(b"pwn")
+            return "done"
+
+        sb = Sandbox(root=root, episodes=work / "eps.jsonl", tools={"act": act})
+        async with sb, sb.episode("mkdtemp") as ep:
+            await ep.call("act")
+        (episode,) = read_episodes(work / "eps.jsonl")
+        assert episode.end is not None
+        escapes = sorted(
+            f.path or ""
+            for findings in [
+                *(s.findings for s in episode.steps if isinstance(s, ToolCallStep)),
+                episode.end.findings,
+            ]
+            for f in findings
+            if f.code == "escape" and (f.path or "").startswith(str(outside))
+        )
+        assert escapes == [f"{outside}/pwn.txt", f"{outside}/pwn2.txt"]
+    finally:
+        for d in (work, root, outside):
+            shutil.rmtree(d, ignore_errors=True)

@@ -9,8 +9,11 @@ The root's own surroundings are where ``../`` lands: whenever there are tripwire
 root's parent is one too, and so is every directory between the root and a tripwire that
 holds it (each one level deep), so a write to ``../x`` or ``../../x`` or a rename out of
 the root is seen wherever the root sits under the temp dir or the home directory. The
-directories beside the root in its parent are tripwires as well (whole when small), unless
-there are more than a few of them.
+directories beside the root in its parent are tripwires as well (whole when small). When
+there are more than a few of them, or the parent is itself a tripwire (a root made by
+``mkdtemp()`` right in the temp dir), they are *checked at the end* instead: each one level deep, compared with its baseline when the
+probe finishes (an escape into one is found, though not blamed on a call), never watched or
+rescanned at a call's boundary, which would cost every call.
 """
 
 from __future__ import annotations
@@ -83,12 +86,14 @@ def _surroundings(root: str, tops: list[str]) -> list[str]:
 
 
 #: A parent with more directories than this beside the root is a shared place (a temp
-#: dir): its directories are not watched one by one.
+#: dir): its directories are checked at the end, not watched one by one.
 _MAX_SIBLINGS = 16
+#: At most this many directories beside the root are checked at the end.
+_MAX_CHECKED_AT_END = 1024
 
 
 def _siblings(root: str, tops: list[str]) -> list[str]:
-    """The directories beside the root in its parent (not links), when there are few.
+    """The directories beside the root in its parent (not links).
 
     ``../x`` lands in the parent, which is watched one level deep; a write into an
     existing directory next to the root (``../outside/x``, or through a symlink into it)
@@ -104,18 +109,20 @@ def _siblings(root: str, tops: list[str]) -> list[str]:
             ]
     except OSError:
         return []
-    if len(found) > _MAX_SIBLINGS:
-        return []
     return sorted(d for d in found if d not in tops)
 
 
 class Plan:
     """A tripwire as it will be watched."""
 
-    def __init__(self, top: str, exclude: frozenset[str], recursive: bool) -> None:
+    def __init__(
+        self, top: str, exclude: frozenset[str], recursive: bool, at_end: bool = False
+    ) -> None:
         self.top = top
         self.exclude = exclude
         self.recursive = recursive
+        #: Checked (one level deep) only when the probe finishes, never at a boundary.
+        self.at_end = at_end
 
 
 def plan_tripwires(
@@ -131,11 +138,17 @@ def plan_tripwires(
         top = os.path.realpath(t)
         if os.path.isdir(top) and not _under(top, root) and top not in tops:
             tops.append(top)
+    at_end: list[str] = []
     if tops:
+        given = os.path.dirname(root) in tops  # the root sits right in a tripwire (temp dir)
         around = _surroundings(root, tops)
         tops.extend(around)
-        if around:  # the root's parent is ours to watch: so are its other directories
-            tops.extend(_siblings(root, tops))
+        if around or given:  # the root's parent is watched: so are its other directories
+            beside = _siblings(root, tops)
+            if around and len(beside) <= _MAX_SIBLINGS:
+                tops.extend(beside)
+            else:
+                at_end = beside[:_MAX_CHECKED_AT_END]
     ignored = [os.path.realpath(p) for p in ignore]
     plans = []
     for top in tops:
@@ -144,4 +157,9 @@ def plan_tripwires(
         exclude = frozenset(os.path.relpath(p, top) for p in inner if _under(p, top) and p != top)
         recursive = not _under(root, top) and _small(top, exclude, limit)
         plans.append(Plan(top, exclude, recursive))
+    for top in at_end:
+        if not any(_under(top, p) for p in ignored):
+            inner = [p for p in ignored if _under(p, top) and p != top]
+            exclude = frozenset(os.path.relpath(p, top) for p in inner)
+            plans.append(Plan(top, exclude, recursive=False, at_end=True))
     return plans

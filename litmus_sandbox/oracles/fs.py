@@ -169,6 +169,8 @@ class FsProbe:
         self._lock: anyio.Lock | None = None
         self._trees: list[tuple[Tree, Hints | None]] = []
         self._plans: list[Plan] = []
+        #: Indices in ``_trees`` of the trees compared only when finishing (never watched).
+        self._at_end: set[int] = set()
         self._watch: Watch | None = None
         self._degraded: str | None = None
         self._windows: dict[str, dict[str, Change]] = {}
@@ -190,8 +192,11 @@ class FsProbe:
         }
         if self._plans:
             out["tripwires_watched"] = [
-                {"path": p.top, "recursive": p.recursive} for p in self._plans
+                {"path": p.top, "recursive": p.recursive} for p in self._plans if not p.at_end
             ]
+            if at_end := [p.top for p in self._plans if p.at_end]:
+                # Many directories beside the root: how many, not which (it can be hundreds).
+                out["checked_at_end"] = {"beside_root": len(at_end)}
         degraded = self._degraded or (self._watch.broken if self._watch is not None else None)
         if degraded:
             out["degraded"] = degraded
@@ -250,7 +255,7 @@ class FsProbe:
             for p in map(os.path.realpath, self._ignore)
             if p != root and p.startswith(root.rstrip("/") + "/")
         )
-        specs = [(Walker(root, exclude=inside, hash_chunk=self.hash_chunk), "", True)]
+        specs = [(Walker(root, exclude=inside, hash_chunk=self.hash_chunk), "", True, False)]
         for p in self._plans:
             walker = Walker(
                 p.top,
@@ -259,7 +264,7 @@ class FsProbe:
                 hash_new=False,
                 hash_chunk=self.hash_chunk,
             )
-            specs.append((walker, p.top.rstrip("/") + "/", p.recursive))
+            specs.append((walker, p.top.rstrip("/") + "/", p.recursive, p.at_end))
         self._degraded = None
         watching = self.use_watchdog
         if watching and not watchdog_logs_visible():
@@ -267,9 +272,12 @@ class FsProbe:
             watching = False
         trees: list[tuple[Tree, Hints | None]] = []
         watched: list[tuple[Hints, bool]] = []
-        for walker, prefix, recursive in specs:
+        self._at_end = set()
+        for walker, prefix, recursive, at_end in specs:
             hints = None
-            if watching:
+            if at_end:
+                self._at_end.add(len(trees))  # never watched: compared when finishing
+            elif watching:
                 hints = Hints(walker.top, exclude=walker.exclude, max_depth=walker.max_depth)
                 watched.append((hints, recursive))
             trees.append((Tree(walker, prefix=prefix), hints))
@@ -348,6 +356,8 @@ class FsProbe:
         watch = self._watch
         out: list[tuple[str, Change]] = []
         for i, (tree, hints) in enumerate(self._trees):
+            if i in self._at_end and not full:
+                continue
             if watch is None or hints is None or watch.broken is not None or full:
                 if hints is not None:
                     hints.take()
