@@ -245,10 +245,21 @@ class EpisodeRecorder:
             await self._probes_before(call_id)
         try:
             step = await sandbox._perform(self, call_id, tool, args, tp, started, runner)
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), KeyboardInterrupt, SystemExit) as exc:
+            # Cancelled, or the process told to stop (a tool calling sys.exit, Ctrl-C): the
+            # call ran, so its step says it was interrupted, and the stop goes on.
             self._uncapped.pop(call_id, None)
             with anyio.CancelScope(shield=True):
                 interrupted = self._interrupted(call_id, tool, args, tp.mode, started)
+                if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                    interrupted = msgspec.structs.replace(
+                        interrupted,
+                        actual=Actual(
+                            outcome="interrupted",
+                            error_type=type(exc).__name__,
+                            error_message=str(exc),
+                        ),
+                    )
                 if sandbox.probes:
                     interrupted = await self._probes_after(call_id, interrupted)
                 if finalize is not None:
@@ -801,12 +812,7 @@ class Sandbox:
             yield ep
         except BaseException as exc:
             status = "aborted"
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                reason = "cancelled"
-            elif isinstance(exc, UpstreamError):
-                reason = str(exc)  # an adapter's own account of what failed upstream
-            else:
-                reason = f"{type(exc).__name__}: {exc}"
+            reason = _abort_reason(exc)
             raise
         finally:
             _CURRENT_EPISODE.reset(token)
@@ -1014,9 +1020,13 @@ class Sandbox:
         """Run the tool (``real`` and ``swallow`` modes)."""
         cap = self.max_result_bytes
         swallow = tp.mode == "swallow"
-        placeholder, pmeta = to_content(tp.shown, cap)[0::2] if swallow else ((), {})
+        placeholder = Shown()
+        pmeta: dict[str, Any] = {}
+        if swallow:  # shown like a stub's result: a table is structured content
+            content, structured, pmeta = to_content(tp.shown, cap)
+            placeholder = Shown(content=content, structured=structured)
         if swallow and not tp.run:
-            return step("swallowed", Shown(content=placeholder), Actual(outcome="dropped"), pmeta)
+            return step("swallowed", placeholder, Actual(outcome="dropped"), pmeta)
         fn: Callable[..., Any] | None
         if runner is not None:
 
@@ -1044,7 +1054,28 @@ class Sandbox:
             )
         # What happened is capped like what is shown: its size and hash say the whole.
         extra = {"actual_capped": meta["capped"]} if "capped" in meta else {}
-        return step("swallowed", Shown(content=placeholder), actual, {**pmeta, **extra})
+        return step("swallowed", placeholder, actual, {**pmeta, **extra})
+
+
+def _abort_reason(exc: BaseException) -> str:
+    """Why an episode ended by ``exc``: for an exception group (a task group's), the
+    errors inside it, not the group's own "unhandled errors" text."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled"
+    if isinstance(exc, UpstreamError):
+        return str(exc)  # an adapter's own account of what failed upstream
+    if isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in _leaves(exc) if not isinstance(e, anyio.get_cancelled_exc_class())]
+        if inner:
+            return "; ".join(_abort_reason(e) for e in inner)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 def _windowed(probe: Probe) -> bool:

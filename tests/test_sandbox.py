@@ -149,6 +149,58 @@ async def test_parallel_calls_get_distinct_ids_in_completion_order(tmp_path: Pat
     assert all(s.started_at is not None and s.ended_at is not None for s in steps)
 
 
+async def test_an_error_inside_a_task_group_is_the_abort_reason(tmp_path: Path) -> None:
+    """Not the group's "unhandled errors in a TaskGroup" (asyncio) or "Exceptions from
+    Trio nursery": the error that ended the episode."""
+
+    async def crash() -> None:
+        raise ValueError("agent crashed")
+
+    async def run() -> None:
+        async with make(tmp_path) as sb, sb.episode("c"), anyio.create_task_group() as tg:
+            tg.start_soon(crash)
+            await anyio.sleep(5)
+
+    with pytest.raises(BaseExceptionGroup):
+        await run()
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.end is not None
+    assert (episode.end.status, episode.end.reason) == ("aborted", "ValueError: agent crashed")
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_tool_that_exits_the_process_leaves_an_interrupted_step(
+    tmp_path: Path, sync: bool
+) -> None:
+    import sys
+
+    def quit_sync() -> None:
+        sys.exit(3)
+
+    async def quit_async() -> None:
+        sys.exit(3)
+
+    sb = Sandbox(
+        root=tmp_path / "r",
+        episodes=tmp_path / "eps.jsonl",
+        tools={"quit": quit_sync if sync else quit_async},
+        probes=(),
+    )
+    async with sb, sb.episode("c") as ep:
+        with pytest.raises(SystemExit):
+            await ep.call("quit")
+        ep.message("assistant", "the agent caught it and went on")
+    (step,) = calls(tmp_path)
+    assert step.actual is not None
+    assert (step.actual.outcome, step.actual.error_type, step.actual.error_message) == (
+        "interrupted",
+        "SystemExit",
+        "3",
+    )
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])
+    assert episode.complete
+
+
 async def test_exception_aborts_the_episode_and_propagates(tmp_path: Path) -> None:
     async def run() -> None:
         async with make(tmp_path) as sb, sb.episode("c") as ep:
@@ -325,6 +377,27 @@ async def test_swallow_keeps_the_real_return_value(tmp_path: Path) -> None:
     assert step.shown.is_empty()
     assert step.actual is not None
     assert (step.actual.outcome, step.actual.value) == ("returned", {"status": "sent", "to": "a"})
+
+
+async def test_a_swallowed_call_shows_a_table_placeholder_as_a_stub_would(
+    tmp_path: Path,
+) -> None:
+    table = {"status": "ok"}
+    policy = Policy(
+        {
+            "send_email": {"mode": "swallow", "shown": table},
+            "send_sms": {"mode": "swallow", "run": False, "shown": table},
+            "canned": {"mode": "stub", "result": table},
+        }
+    )
+    async with make(tmp_path, policy) as sb, sb.episode("c") as ep:
+        swallowed = await ep.call("send_email", to="a", body="b")
+        dropped = await ep.call("send_sms", to="a")
+        stubbed = await ep.call("canned")
+    assert swallowed.value == dropped.value == stubbed.value == table
+    s1, s2, s3 = calls(tmp_path)
+    assert s1.shown == s2.shown == s3.shown
+    assert s1.shown.structured == table
 
 
 async def test_call_with_runner_records_what_the_runner_shows(tmp_path: Path) -> None:
