@@ -177,6 +177,11 @@ def _decode_episode_record(line: bytes) -> EpisodeRecord:
             raise DecodeProblem(
                 f"a {env.kind!r} record in an episode stream (is this a verdict file?)"
             )
+        if env.kind == "http":
+            raise DecodeProblem(
+                "an 'http' record in an episode stream (is this an egress cassette? "
+                "HttpCassette.from_files reads those)"
+            )
         raise DecodeProblem(
             f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",
             newer=True,
@@ -234,6 +239,10 @@ def _decode_verdict_record(line: bytes) -> VerdictRecord:
         if env.kind in ("episode", "step", "end"):
             raise DecodeProblem(
                 f"an {env.kind!r} record in a verdict stream (is this an episode file?)"
+            )
+        if env.kind == "http":
+            raise DecodeProblem(
+                "an 'http' record in a verdict stream (is this an egress cassette?)"
             )
         raise DecodeProblem(
             f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",

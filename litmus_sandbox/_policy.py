@@ -195,7 +195,14 @@ class Policy:
                 raise ConfigError(f"{source}: [{name}] must be a table")
             tables[name] = table
         policy = cls.from_mapping(tables["tools"] or {}, source=source, replay=tables["replay"])
-        policy.egress = dict(tables["egress"]) if tables["egress"] is not None else None
+        if tables["egress"] is not None:
+            # Checked now, so that a misspelt rule is an error naming this file, not one
+            # met later by whoever applies the table. (Imported here: the oracles package
+            # brings the watchers with it.)
+            from .oracles._egress_policy import EgressPolicy
+
+            EgressPolicy.from_mapping(tables["egress"], source=source)
+            policy.egress = dict(tables["egress"])
         return policy
 
     @classmethod

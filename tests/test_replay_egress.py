@@ -9,7 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from litmus_sandbox import ConfigError, RecordDecodeError, Sandbox, ToolCallStep, read_episodes
+from litmus_sandbox import (
+    ConfigError,
+    RecordDecodeError,
+    RecordingWarning,
+    Sandbox,
+    ToolCallStep,
+    read_episodes,
+)
 from litmus_sandbox.oracles.egress import (
     EgressFlow,
     EgressPolicy,
@@ -126,6 +133,28 @@ def test_sync_transport_records_and_replays_too(tmp_path: Path) -> None:
     with httpx.Client(transport=replay) as c:
         assert c.get(URL).json() == {"items": [1, 2]}
     assert len(upstream.seen) == 1
+
+
+def test_a_torn_egress_cassette_serves_its_whole_lines_with_a_warning(tmp_path: Path) -> None:
+    cassette = tmp_path / "http.jsonl"
+    upstream = Upstream()
+    recorder = HttpRecorder(cassette)
+    with httpx.Client(transport=SyncEgressTransport(transport=upstream, record=recorder)) as c:
+        c.get(URL)
+        c.get(URL)
+    recorder.close()
+    data = cassette.read_bytes()
+    cassette.write_bytes(data[: len(data) - 30])  # the second record, cut mid-way
+    with pytest.warns(RecordingWarning, match=r"http\.jsonl:2: warning: torn last line"):
+        replay = HttpCassette.from_files([cassette])
+    assert [str(w) for w in replay.warnings] == [
+        f"{cassette}:2: warning: torn last line (the recorder stopped mid-record); "
+        "kept every whole line"
+    ]
+    with httpx.Client(transport=SyncEgressTransport(transport=upstream, replay=replay)) as c:
+        assert c.get(URL).json() == {"items": [1, 2]}
+        assert c.get(URL).status_code == 502  # the torn one is not served
+    assert len(upstream.seen) == 2
 
 
 def test_a_mapping_serves_fixed_responses_every_time(tmp_path: Path) -> None:

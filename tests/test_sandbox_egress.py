@@ -150,6 +150,15 @@ async def test_a_policy_files_egress_table_applies(tmp_path: Path, server: str) 
     assert _HELLO.hits == []
 
 
+def test_a_misspelt_egress_rule_is_an_error_naming_the_policy_file(tmp_path: Path) -> None:
+    from litmus_sandbox import Policy
+
+    policy = tmp_path / "p.toml"
+    policy.write_text('[egress]\n"x.example" = { stauts = 403 }\n')
+    with pytest.raises(ConfigError, match=rf"^{policy}: \[egress\] 'x.example': .*stauts"):
+        Policy.from_file(policy)
+
+
 async def test_oracles_can_be_turned_off(tmp_path: Path) -> None:
     sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", probes=(), egress=False)
     async with sb, sb.episode("c"):

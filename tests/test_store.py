@@ -156,6 +156,7 @@ def test_newer_verdict_records_get_a_clear_error(
         (["[1, 2]"], "not a JSON object"),
         (["{nope"], "not valid JSON"),
         (['{"kind":"verdict","v":1}'], "verdict file"),
+        (['{"kind":"http","v":1,"method":"GET","url":"u"}'], "egress cassette"),
     ],
 )
 def test_structural_problems_are_errors(tmp_path: Path, lines: list[str], fragment: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import threading
+import warnings
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ import httpx
 import msgspec
 
 from .._errors import ConfigError, RecordDecodeError
-from .._store import JsonlWriter
+from .._store import JsonlWriter, ReadWarning, RecordingWarning
 
 if TYPE_CHECKING:
     from .egress import EgressFlow
@@ -102,6 +103,9 @@ class HttpExchange(msgspec.Struct, frozen=True, kw_only=True, tag="http", tag_fi
 _decoder = msgspec.json.Decoder(HttpExchange)
 
 
+_TORN = "torn last line (the recorder stopped mid-record); kept every whole line"
+
+
 class HttpCassette:
     """Recorded HTTP responses, served by (method, URL).
 
@@ -119,6 +123,8 @@ class HttpCassette:
             if not ex.truncated:
                 self._queues[(ex.method.upper(), ex.url)].append(ex)
         self._fixed = {(ex.method.upper(), ex.url): ex for ex in fixed}
+        #: What reading the files tolerated (a torn last line), also issued as warnings.
+        self.warnings: list[ReadWarning] = []
 
     @classmethod
     def from_files(cls, paths: Sequence[str | os.PathLike[str]]) -> HttpCassette:
@@ -128,6 +134,7 @@ class HttpCassette:
             RecordDecodeError: an unreadable file or a bad line (named ``file:line``).
         """
         exchanges: list[HttpExchange] = []
+        torn: list[ReadWarning] = []
         for p in paths:
             path = os.fspath(p)
             try:
@@ -141,10 +148,17 @@ class HttpCassette:
                     try:
                         exchanges.append(_decoder.decode(raw))
                     except msgspec.DecodeError as exc:
+                        if not raw.endswith(b"\n"):  # the last line, cut mid-record
+                            torn.append(ReadWarning(path, lineno, _TORN))
+                            break
                         raise RecordDecodeError(
                             path, lineno, f"not an egress cassette record: {exc}"
                         ) from None
-        return cls(exchanges)
+        cassette = cls(exchanges)
+        cassette.warnings = torn
+        for w in torn:
+            warnings.warn(str(w), RecordingWarning, stacklevel=2)
+        return cassette
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> HttpCassette:
