@@ -296,6 +296,9 @@ def _indent(text: str) -> str:
 
 def main(out: str | None) -> int:
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="litmus-demo-"))
+    if folder.exists() and not folder.is_dir():
+        print(f"litmus-sandbox: error: --out {out}: not a directory", file=sys.stderr)
+        return 2
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "policy.toml").write_text(POLICY)

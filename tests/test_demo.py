@@ -65,3 +65,19 @@ def test_scripted_agent_example_runs(tmp_path: Path) -> None:
     assert "2: write_note [real]" in r.stdout
     assert "3: send_email [stubbed] -> 'sent'" in r.stdout
     assert (tmp_path / "sandbox" / "plan.txt").read_text() == "step 1: ..."
+
+
+def test_demo_out_onto_a_file_is_one_clear_line(tmp_path: Path) -> None:
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    r = subprocess.run(
+        [sys.executable, "-m", "litmus_sandbox._cli", "demo", "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (r.returncode, r.stderr) == (
+        2,
+        f"litmus-sandbox: error: --out {target}: not a directory\n",
+    )
+    assert target.read_text() == "keep me"
