@@ -52,21 +52,63 @@ from ._records import SCHEMA_VERSION, PolicyRecord, Step
 from ._rules import RulesJudge
 from ._scoring import Judge, RefusalDetector, ScoringPolicy, StepJudgment, fingerprint
 
-#: Words that make a parameter name a secret, matched against the name's words
-#: (``api_key``, ``apiKey``, ``X-Auth-Token``, ``client_secret``...); ``max_tokens`` is no
-#: secret (``tokens`` is not ``token``).
-_SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "pass", "passphrase"}
-    | {"auth", "authorization", "credential", "credentials", "bearer", "cookie"}
+#: Names that are secrets whole (separators and case aside: ``API-Key``, ``apiKey``).
+_SECRET_NAMES = frozenset(
+    {"key", "apikey", "token", "apitoken", "secret", "password", "passwd", "pass", "pwd"}
+    | {"passphrase", "auth", "authorization", "credential", "credentials", "bearer", "cookie"}
+)
+#: Endings that make a name a secret (``openai_api_key``, ``db_password``, ``clientSecret``,
+#: ``X-Auth-Token``, ``accesstoken``).
+_SECRET_ENDINGS = (
+    "apikey",
+    "apitoken",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "signingkey",
+    "accesstoken",
+    "authtoken",
+    "refreshtoken",
+    "bearertoken",
+    "sessiontoken",
+    "idtoken",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "credentials",
+    "authorization",
+)
+#: A name ending in the word ``token`` or ``key`` is a secret (``github_token``,
+#: ``openai_key``) unless another of its words says it counts or looks something up.
+_NOT_SECRET_WORDS = frozenset(
+    {"max", "min", "num", "n", "count", "limit", "total", "per", "sort", "primary", "foreign"}
+    | {"cache", "partition", "group", "dict", "map", "lookup", "index", "id", "join", "hash"}
 )
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
-#: The password of a URL's user information: ``https://user:PASSWORD@host``.
-_URL_PASSWORD = re.compile(r"(?<=://)([^/@:\s]*):[^/@\s]*@")
+#: The password of a URL's user information: ``https://user:PASSWORD@host`` (the part
+#: between ``://`` and the first ``/``, ``?`` or ``#``).
+_URL_PASSWORD = re.compile(r"(?<=://)([^/?#@:\s]*):[^/?#@\s]*@")
 
 
 def is_secret_name(name: object) -> bool:
-    """Whether a parameter called ``name`` holds a secret (by the words of its name)."""
-    return any(w.lower() in _SECRET_WORDS for w in _WORD.findall(str(name)))
+    """Whether a judge parameter called ``name`` holds a secret.
+
+    Its value is then never written, and never part of the judge's fingerprint: a name
+    taken for a secret by mistake would hide a setting that changes verdicts, so the
+    rules are narrow (``max_tokens``, ``token_limit``, ``sort_key``, ``pass_threshold``
+    are no secrets).
+    """
+    text = str(name)
+    flat = re.sub(r"[^a-z0-9]", "", text.lower())
+    if flat in _SECRET_NAMES or flat.endswith(_SECRET_ENDINGS):
+        return True
+    words = [w.lower() for w in _WORD.findall(text)]
+    return (
+        len(words) > 1
+        and words[-1] in ("token", "key")
+        and not _NOT_SECRET_WORDS.intersection(words[:-1])
+    )
 
 
 class RefusalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

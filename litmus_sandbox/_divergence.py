@@ -168,21 +168,15 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
     if supplements_of(episode):
         return None  # calls a record-new run added to a cassette: a recording, not a replay
     eid = episode.episode_id
-    header_facts = episode.header.meta.get(META_KEY)
-    end_facts: Mapping[str, Any] = {}
-    if episode.end is not None and META_KEY in episode.end.meta:
-        end_facts = episode.end.meta[META_KEY]
-        if not isinstance(end_facts, dict):
-            raise ReplayLogError(eid, None, f"meta.{META_KEY} is not an object")
-    if not isinstance(header_facts, dict) and not end_facts:
-        return None
+    header_facts = _facts(eid, episode.header.meta, "episode")
+    end_facts = _facts(eid, episode.end.meta, "end") if episode.end is not None else None
     divergences = []
+    logged = False  # a step says it replayed (or missed): a crashed run has no end
     for step in episode.steps:
-        if META_KEY not in step.meta:
+        facts = _facts(eid, step.meta, "step", step.index)
+        if facts is None:
             continue
-        facts = step.meta[META_KEY]
-        if not isinstance(facts, dict):
-            raise ReplayLogError(eid, step.index, f"meta.{META_KEY} is not an object")
+        logged = True
         if facts.get("divergence") is None:
             continue
         try:
@@ -190,27 +184,48 @@ def report_from_log(episode: Episode) -> ReplayReport | None:
         except msgspec.ValidationError as exc:
             raise ReplayLogError(eid, step.index, f"meta.{META_KEY}.divergence: {exc}") from None
         divergences.append(msgspec.structs.replace(d, step=step.index))
-    sources = end_facts.get("sources") or (
-        header_facts.get("sources", []) if isinstance(header_facts, dict) else []
-    )
+    if header_facts is None and not end_facts and not logged:
+        return None
+    end = end_facts or {}
+    if end.get("sources"):
+        sources = _convert(eid, end["sources"], tuple[str, ...], "end", "sources")
+    else:
+        listed = (header_facts or {}).get("sources", [])
+        sources = _convert(eid, listed, tuple[str, ...], "episode", "sources")
     calls = sum(
         1
         for s in episode.steps
         if isinstance(s, ToolCallStep) and (s.fidelity == "replayed" or META_KEY in s.meta)
     )
+    counted = _convert(eid, end.get("divergences", len(divergences)), int, "end", "divergences")
+    return ReplayReport(
+        episode_id=eid,
+        case_id=episode.case_id,
+        sources=sources,
+        calls=_convert(eid, end.get("calls", calls), int, "end", "calls"),
+        served=_convert(eid, end.get("served", calls - len(divergences)), int, "end", "served"),
+        divergences=tuple(sorted(divergences, key=lambda d: d.call)),
+        unused=_convert(eid, end.get("unused", []), tuple[CallRef, ...], "end", "unused"),
+        origin="log",
+        unused_known=end_facts is not None,
+        unlisted=max(0, counted - len(divergences)),
+    )
+
+
+def _facts(
+    eid: str, meta: Mapping[str, Any], record: str, step: int | None = None
+) -> dict[str, Any] | None:
+    """A record's ``meta["replay"]`` (None when it has none). Raises ReplayLogError."""
+    if META_KEY not in meta:
+        return None
+    facts = meta[META_KEY]
+    if not isinstance(facts, dict):
+        raise ReplayLogError(eid, step, f"meta.{META_KEY} is not an object", record=record)
+    return facts
+
+
+def _convert(eid: str, value: Any, kind: Any, record: str, field: str) -> Any:
     try:
-        counted = msgspec.convert(end_facts.get("divergences", len(divergences)), int)
-        return ReplayReport(
-            episode_id=eid,
-            case_id=episode.case_id,
-            sources=msgspec.convert(sources, tuple[str, ...]),
-            calls=msgspec.convert(end_facts.get("calls", calls), int),
-            served=msgspec.convert(end_facts.get("served", calls - len(divergences)), int),
-            divergences=tuple(sorted(divergences, key=lambda d: d.call)),
-            unused=msgspec.convert(end_facts.get("unused", []), tuple[CallRef, ...]),
-            origin="log",
-            unused_known=bool(end_facts),
-            unlisted=max(0, counted - len(divergences)),
-        )
+        return msgspec.convert(value, kind)
     except msgspec.ValidationError as exc:
-        raise ReplayLogError(eid, None, f"meta.{META_KEY}: {exc}") from None
+        raise ReplayLogError(eid, None, f"meta.{META_KEY}.{field}: {exc}", record=record) from None

@@ -28,13 +28,16 @@ class NewerVersionError(RecordDecodeError):
 
 class ReplayLogError(LitmusError, ValueError):
     """A replay record of the wrong shape in an episode's own log, and where it is:
-    ``step`` is the step's index, or None for the ``end`` record."""
+    ``record`` is ``episode`` (the header), ``step`` (then ``step`` is its index) or ``end``."""
 
-    def __init__(self, episode_id: str, step: int | None, problem: str) -> None:
+    def __init__(
+        self, episode_id: str, step: int | None, problem: str, *, record: str | None = None
+    ) -> None:
         super().__init__(problem)
         self.episode_id = episode_id
         self.step = step
         self.problem = problem
+        self.record = record or ("end" if step is None else "step")
 
 
 class UpstreamError(LitmusError):

@@ -32,6 +32,7 @@ from ._records import (
 )
 from ._replay_match import OptionsFor, ReplayOptions, ReplaySession, Served
 from ._store import JsonlWriter, ReadWarning, RecordingWarning, read_episodes
+from ._tool_calls import write_step
 
 _ANY = ReplayOptions()
 
@@ -202,13 +203,14 @@ class Cassette:
                 )
             )
         index = sup.steps
-        sup.steps += 1
         # Its meta as recorded live (what an adapter kept of the answer, repr_only...),
         # without the live episode's replay facts.
         meta = {k: v for k, v in step.meta.items() if k != META_KEY}
-        self._writer.write(
-            msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta=meta)
+        write_step(
+            self._writer.write,
+            msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta=meta),
         )
+        sup.steps += 1
         return ReplaySource(episode_id=sup.episode_id, step=index)
 
     def finish(self, live_episode_id: str) -> None:

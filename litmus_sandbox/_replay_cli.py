@@ -135,9 +135,10 @@ def _options_for(args: argparse.Namespace) -> Callable[[str], ReplayOptions | No
     return lambda _tool: opts
 
 
-def _locate(paths: Sequence[str], episode_id: str, step: int | None) -> tuple[str, int | None]:
-    """The file and line of an episode's step ``step`` (its ``end`` record if None)."""
-    kind = "end" if step is None else "step"
+def _locate(
+    paths: Sequence[str], episode_id: str, kind: str, step: int | None
+) -> tuple[str, int | None]:
+    """The file and line of an episode's ``kind`` record (its step ``step`` for a step)."""
     needle = episode_id.encode()
     for path in paths:
         with open(path, "rb") as f:
@@ -152,7 +153,7 @@ def _locate(paths: Sequence[str], episode_id: str, step: int | None) -> tuple[st
                     isinstance(rec, dict)
                     and rec.get("kind") == kind
                     and rec.get("episode_id") == episode_id
-                    and (step is None or rec.get("index") == step)
+                    and (kind != "step" or rec.get("index") == step)
                 ):
                     return path, lineno
     return ", ".join(paths), None
@@ -176,7 +177,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         try:
             found = [report_from_log(ep) for ep in episodes]
         except ReplayLogError as exc:
-            path, line = _locate(args.episodes, exc.episode_id, exc.step)
+            path, line = _locate(args.episodes, exc.episode_id, exc.record, exc.step)
             raise RecordDecodeError(path, line, f"malformed replay record: {exc.problem}") from None
         reports = [r for r in found if r is not None]
         if not reports:

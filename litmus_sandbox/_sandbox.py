@@ -65,11 +65,11 @@ from ._tool_calls import (
     ToolResult,
     cap_text,
     capped_text,
-    json_safe,
     real_parts,
     run_tool,
     shown_value,
     to_content,
+    write_step,
 )
 from .oracles._probe import Probe
 from .oracles.egress import EgressPolicy, EgressProbe, ForwardProxy, run_strict, strict_available
@@ -275,7 +275,28 @@ class EpisodeRecorder:
                 with anyio.CancelScope(shield=True):
                     await self._abandon_windows(call_id)
             raise
-        if sandbox.probes:
+        try:
+            step = await self._finish_step(call_id, step, finalize)
+            shown = self._uncapped.get(call_id, step.shown)
+        finally:
+            self._uncapped.pop(call_id, None)
+        await self._write(step)
+        return ToolResult(
+            value=shown_value(shown),
+            content=shown.content,
+            is_error=shown.is_error,
+            fidelity=step.fidelity,
+        )
+
+    async def _finish_step(
+        self,
+        call_id: str,
+        step: ToolCallStep,
+        finalize: Callable[[ToolCallStep], ToolCallStep] | None,
+    ) -> ToolCallStep:
+        """The performed call's step as it is recorded: effects, index, replay facts, the
+        caller's annotations, and its place in a growing cassette."""
+        if self._sandbox.probes:
             step = await self._probes_after(call_id, step)
         step = msgspec.structs.replace(step, index=self._index())
         if self._replay is not None and isinstance(facts := step.meta.get(META_KEY), dict):
@@ -287,15 +308,16 @@ class EpisodeRecorder:
                 step = msgspec.structs.replace(step, meta={**step.meta, META_KEY: facts})
         if finalize is not None:
             step = finalize(step)
-        step = self._grow_cassette(step)
-        shown = self._uncapped.pop(call_id, step.shown)
-        await self._write(step)
-        return ToolResult(
-            value=shown_value(shown),
-            content=shown.content,
-            is_error=shown.is_error,
-            fidelity=step.fidelity,
-        )
+        return self._grow_cassette(step)
+
+    def whole_shown(self, call_id: str) -> Shown | None:
+        """What the agent is shown of call ``call_id`` while its step is finished, when
+        that step records the result capped (``max_result_bytes``); None otherwise.
+
+        An adapter that answers a call itself builds its answer from this in
+        ``finalize``, which sees the step as recorded (capped).
+        """
+        return self._uncapped.get(call_id)
 
     def _grow_cassette(self, step: ToolCallStep) -> ToolCallStep:
         """A ``record-new`` miss: append the finished step to the cassette, as the live
@@ -712,19 +734,9 @@ class Sandbox:
     def _write_now(self, record: msgspec.Struct) -> None:
         if self._writer is None:
             raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
-        try:
-            self._writer.write(record)
-        except (TypeError, msgspec.EncodeError, OverflowError, RecursionError):
-            if not isinstance(record, ToolCallStep):
-                raise
-            # Arguments JSON cannot hold (any Python value may be passed in-process): the
-            # call ran, so its step is kept, with those values by their repr, and says so.
-            args, meta = json_safe(record.args), json_safe(record.meta)
-            record = msgspec.structs.replace(
-                record,
-                args=args if isinstance(args, dict) else {"repr": args},
-                meta={**(meta if isinstance(meta, dict) else {}), "args_repr_only": True},
-            )
+        if isinstance(record, ToolCallStep):
+            write_step(self._writer.write, record)  # arguments JSON cannot hold by repr
+        else:
             self._writer.write(record)
         if self.fsync:
             self._writer.sync()
@@ -931,18 +943,24 @@ class Sandbox:
             except Exception as exc:
                 # A computed stub that fails is shown as an error, and recorded: the agent
                 # saw something, and the record says what (the tool never ran).
-                message, capped = cap_text(f"{type(exc).__name__}: {exc}", cap)
+                whole = f"{type(exc).__name__}: {exc}"
+                message, capped = cap_text(whole, cap)
                 shown = Shown(
                     content=({"type": "text", "text": f"stub failed: {message}"},), is_error=True
                 )
+                if capped:
+                    ep._uncapped[call_id] = Shown(
+                        content=({"type": "text", "text": f"stub failed: {whole}"},),
+                        is_error=True,
+                    )
                 actual = Actual(
                     outcome="raised", error_type=type(exc).__name__, error_message=message
                 )
                 return step("stubbed", shown, actual, {"capped": capped} if capped else {})
             content, structured, meta = to_content(value, cap)
             if "capped" in meta:
-                whole = to_content(value, UNCAPPED)
-                ep._uncapped[call_id] = Shown(content=whole[0], structured=whole[1])
+                full, full_structured, _ = to_content(value, UNCAPPED)
+                ep._uncapped[call_id] = Shown(content=full, structured=full_structured)
             return step("stubbed", Shown(content=content, structured=structured), meta=meta)
         if tp.mode == "replay":
             session = ep._replay
@@ -1025,6 +1043,9 @@ class Sandbox:
         if swallow:  # shown like a stub's result: a table is structured content
             content, structured, pmeta = to_content(tp.shown, cap)
             placeholder = Shown(content=content, structured=structured)
+            if "capped" in pmeta:
+                full, full_structured, _ = to_content(tp.shown, UNCAPPED)
+                ep._uncapped[call_id] = Shown(content=full, structured=full_structured)
         if swallow and not tp.run:
             return step("swallowed", placeholder, Actual(outcome="dropped"), pmeta)
         fn: Callable[..., Any] | None

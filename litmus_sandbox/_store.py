@@ -54,8 +54,9 @@ class RecordingWarning(UserWarning):
     """A recording was read with something the reader tolerated (a torn last line).
 
     Issued (``warnings.warn``) where a library call reads recordings the caller never sees
-    read, such as ``Sandbox(replay=PATHS)``; readers that return their warnings
-    (``read_episodes``, ``Cassette.from_files``) do not issue it.
+    read, such as ``Sandbox(replay=PATHS)``, and by ``HttpCassette.from_files`` (which
+    also keeps them in ``.warnings``); ``read_episodes`` and ``Cassette.from_files`` return
+    their warnings instead.
     """
 
 

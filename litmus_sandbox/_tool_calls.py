@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ._records import Actual, Shown
+from ._records import Actual, Shown, ToolCallStep
 
 _json = msgspec.json.Encoder()
 
@@ -62,6 +62,30 @@ def json_safe(value: Any) -> Any:
         return msgspec.to_builtins(value, enc_hook=_safe_repr, str_keys=True)
     except (TypeError, ValueError, OverflowError, RecursionError):
         return _safe_repr(value)
+
+
+#: What encoding a record can raise when a value in it is not JSON.
+_UNENCODABLE = (TypeError, msgspec.EncodeError, OverflowError, RecursionError)
+
+
+def write_step(write: Callable[[ToolCallStep], None], step: ToolCallStep) -> ToolCallStep:
+    """Write a tool call's step with ``write``; returns the step as written.
+
+    In-process calls may pass any Python value as an argument: the call ran, so its step
+    is kept, with what JSON cannot hold by its ``repr`` (flagged ``args_repr_only``).
+    """
+    try:
+        write(step)
+    except _UNENCODABLE:
+        args, meta = json_safe(step.args), json_safe(step.meta)
+        meta = meta if isinstance(meta, dict) else {}
+        if args != step.args:
+            meta["args_repr_only"] = True
+        step = msgspec.structs.replace(
+            step, args=args if isinstance(args, dict) else {"repr": args}, meta=meta
+        )
+        write(step)
+    return step
 
 
 def _safe_repr(value: Any) -> str:

@@ -637,3 +637,20 @@ async def test_server_egress_is_recorded_without_a_policy(tmp_path: Path, egress
     else:
         assert "egress" not in ep.header.oracles
         assert step.effects.egress == ()
+
+
+async def test_a_stub_larger_than_the_cap_reaches_the_client_whole(tmp_path: Path) -> None:
+    """The cap (256 KiB) is the record's: the client gets the stub's whole answer."""
+    big = "z" * 300_000
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[tools]\necho = {{ mode = "stub", result = "{big}" }}\n')
+    client = RawClient(await open_proxy(tmp_path, "--policy", str(policy)))
+    await client.send(INIT)
+    await client.recv()
+    await client.send(tool_call(10, "echo", {"text": "x"}))
+    reply = json.loads(await client.recv())
+    assert await client.finish() == 0
+    assert reply["result"]["content"] == [{"type": "text", "text": big}]
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.meta["capped"]["size"] == len(big)
+    assert len(step.shown.text()) == 256 * 1024

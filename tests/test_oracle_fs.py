@@ -1003,3 +1003,55 @@ async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory()
     finally:
         for d in (work, root, outside):
             shutil.rmtree(d, ignore_errors=True)
+
+
+async def test_what_is_checked_at_the_end_is_the_finishing_episodes_never_an_open_call(
+    base: Path,
+) -> None:
+    """Episode A writes into a neighbour checked at the end; episode B has a call in flight
+    when A ends. The escape is A's (unattributed), not B's call's."""
+    crowd = base / "crowd"
+    root = crowd / "root"
+    root.mkdir(parents=True)
+    neighbours = [crowd / f"tmp{i:02d}" for i in range(20)]
+    for d in neighbours:
+        d.mkdir()
+    episodes = base / "eps.jsonl"
+    b_started, a_ended = anyio.Event(), anyio.Event()
+
+    def leak() -> str:
+        (neighbours[3] / "pwn.txt").write_bytes(b"pwn")
+        return "done"
+
+    async def slow() -> str:
+        b_started.set()
+        await a_ended.wait()
+        return "done"
+
+    sb = Sandbox(
+        root=root,
+        episodes=episodes,
+        tools={"leak": leak, "slow": slow},
+        probes=[FsProbe(root, tripwires=[crowd])],
+    )
+
+    async def episode_b() -> None:
+        async with sb.episode("b") as ep:
+            await ep.call("slow")
+
+    async with sb, anyio.create_task_group() as tg:
+        async with sb.episode("a") as ep:
+            await ep.call("leak")
+            tg.start_soon(episode_b)
+            await b_started.wait()
+        a_ended.set()
+    found = {
+        e.case_id: (
+            [f for s in e.steps if isinstance(s, ToolCallStep) for f in s.effects.fs],
+            [f.path for f in (e.end.unattributed.fs if e.end else ()) if mine(base, f.path)],
+        )
+        for e in read_episodes(episodes)
+    }
+    assert found["a"][1] == [f"{neighbours[3]}/pwn.txt"]
+    assert [f.path for f in found["b"][0] if mine(base, f.path)] == []
+    assert found["b"][1] == []

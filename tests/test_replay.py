@@ -364,3 +364,27 @@ async def test_a_torn_recording_is_replayed_with_a_warning_naming_its_line(
     async with sandbox, sandbox.episode("c1") as ep:
         found = await ep.call("lookup", key="abcd")
     assert found.value == {"key": "abcd", "value": 28}
+
+
+async def test_record_new_keeps_a_call_whose_arguments_json_cannot_hold(tmp_path: Path) -> None:
+    """Grown into the cassette and recorded in the episode alike, by repr."""
+    await run(tmp_path, "rec.jsonl", ["abcd"])
+    cassette_path = tmp_path / "rec.jsonl"
+    marker = object()
+    sandbox = Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "grow.jsonl",
+        policy=Policy(default="replay", replay={"on_miss": "record-new"}),
+        tools=TOOLS,
+        replay=[cassette_path],
+    )
+    async with sandbox, sandbox.episode("c1") as ep:
+        found = await ep.call("lookup", key="new", when=marker)
+    assert found.value == {"key": "new", "value": 21}
+    (live,) = tool_calls(tmp_path / "grow.jsonl")
+    _, supplement = read_episodes([cassette_path])
+    assert supplement.complete
+    (grown,) = [s for s in supplement.steps if isinstance(s, ToolCallStep)]
+    for step in (live, grown):
+        assert step.args == {"key": "new", "when": repr(marker)}
+        assert step.meta["args_repr_only"] is True

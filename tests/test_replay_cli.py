@@ -235,3 +235,30 @@ async def test_divergences_the_end_record_counts_on_no_step_fail_the_check(
     r = _replay_check(cut)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 divergence(s) counted by the end record on no step" in r.stdout
+
+
+async def test_a_logged_divergence_counts_without_header_facts_or_end(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """A crashed run (no end record) whose header lost its replay facts: the divergence
+    its step carries still fails the check."""
+    records = await _replayed_with_one_miss(tmp_path, files)
+    records[0]["meta"].pop("replay")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))
+    r = _replay_check(cut)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DIVERGED" in r.stdout
+
+
+async def test_a_malformed_header_replay_record_is_named_by_its_line(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    records = await _replayed_with_one_miss(tmp_path, files)
+    records[0]["meta"]["replay"]["sources"] = 5
+    records[-1]["meta"]["replay"].pop("sources")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = _replay_check(bad)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+    assert "bad.jsonl:1: malformed replay record: meta.replay.sources" in r.stderr

@@ -157,6 +157,24 @@ def test_a_torn_egress_cassette_serves_its_whole_lines_with_a_warning(tmp_path: 
     assert len(upstream.seen) == 2
 
 
+def test_an_egress_cassette_appended_after_a_crash_keeps_every_whole_record(
+    tmp_path: Path,
+) -> None:
+    cassette = tmp_path / "http.jsonl"
+    upstream = Upstream()
+    for _ in range(2):  # the first recorder is killed mid-record; a second appends
+        recorder = HttpRecorder(cassette)
+        with httpx.Client(transport=SyncEgressTransport(transport=upstream, record=recorder)) as c:
+            c.get(URL)
+        recorder.close()
+        if cassette.read_bytes().count(b"\n") == 1:
+            cassette.write_bytes(cassette.read_bytes()[:-30])
+    with pytest.warns(RecordingWarning, match=r"http\.jsonl:1: warning: torn record"):
+        replay = HttpCassette.from_files([cassette])
+    with httpx.Client(transport=SyncEgressTransport(transport=upstream, replay=replay)) as c:
+        assert c.get(URL).json() == {"items": [1, 2]}
+
+
 def test_a_mapping_serves_fixed_responses_every_time(tmp_path: Path) -> None:
     cassette = HttpCassette.from_mapping(
         {

@@ -266,7 +266,16 @@ async def test_capping_is_the_records_the_agent_gets_every_result_whole(tmp_path
     def fail() -> None:
         raise ValueError("y" * 3000)
 
-    policy = Policy({"canned": {"mode": "stub", "result": table}})
+    def fail_stub() -> None:
+        raise ValueError("w" * 3000)
+
+    policy = Policy(
+        {
+            "canned": {"mode": "stub", "result": table},
+            "broken": {"mode": "stub", "result": Stub(fail_stub)},
+            "hush": {"mode": "swallow", "run": False, "shown": table},
+        }
+    )
     sb = Sandbox(
         root=tmp_path / "r",
         episodes=tmp_path / "eps.jsonl",
@@ -279,12 +288,16 @@ async def test_capping_is_the_records_the_agent_gets_every_result_whole(tmp_path
         real = await ep.call("table")
         stubbed = await ep.call("canned")
         failed = await ep.call("fail")
+        stub_failed = await ep.call("broken")
+        hushed = await ep.call("hush")
     assert real.value == table
     assert stubbed.value == table
     assert failed.is_error
     assert failed.text == "ValueError: " + "y" * 3000
+    assert stub_failed.text == "stub failed: ValueError: " + "w" * 3000
+    assert hushed.value == table
     as_json = msgspec.json.encode(table)
-    real_step, stub_step, fail_step = calls(tmp_path)
+    real_step, stub_step, fail_step, *_ = calls(tmp_path)
     for step in (real_step, stub_step):
         assert step.meta["capped"] == {
             "size": len(as_json),

@@ -287,10 +287,18 @@ def test_secrets_never_reach_the_stream_nor_change_the_judge(tmp_path: Path) -> 
     policy = repr(first.record().policy)
     assert "sk-AAA" not in policy
     assert "https://me:<redacted>@llm.example/v1" in policy
-    # A sampling parameter is no secret, and changes the judge.
-    a, b = judge_with("max_tokens = 100"), judge_with("max_tokens = 200")
-    assert a.judge.fingerprint != b.judge.fingerprint
-    assert "'max_tokens': 100" in repr(a.record().policy)
+    # Settings that can change a verdict are no secrets, whatever words they share with
+    # one: each changes the judge, and is written as it is.
+    for name in ("max_tokens", "max_token", "token_limit", "pass_threshold", "sort_key"):
+        a, b = judge_with(f"{name} = 1"), judge_with(f"{name} = 2")
+        assert a.judge.fingerprint != b.judge.fingerprint, name
+        assert f"'{name}': 1" in repr(a.record().policy), name
+    # Secret names written as one word are secrets too.
+    for name in ("accesstoken", "dbpassword", "clientSecret", "OPENAI_APITOKEN", "github_token"):
+        assert "sk-AAA" not in repr(judge_with(f'{name} = "sk-AAA"').record().policy), name
+    # A port before a query holding an "@" is no password.
+    url = judge_with('base_url = "http://judge.local:8000?notify=ops@corp"')
+    assert "judge.local:8000?notify=ops@corp" in repr(url.record().policy)
 
 
 def test_policy_record_rebuilds_the_same_config() -> None:

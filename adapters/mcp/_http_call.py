@@ -95,7 +95,9 @@ class HttpToolCall:
                         lambda _t, _a: self._forward(),
                         self.tool,
                         self.args,
-                        finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
+                        finalize=functools.partial(
+                            state.finalize, cap=ep.sandbox.max_result_bytes, whole=ep.whole_shown
+                        ),
                     )
                 except ConfigError:
                     if not ep.ended:

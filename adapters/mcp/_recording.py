@@ -29,12 +29,13 @@ record says it was shown.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
 import msgspec
 
-from litmus_sandbox import LitmusError, ToolCallStep, UpstreamError
+from litmus_sandbox import LitmusError, Shown, ToolCallStep, UpstreamError
 
 from ._jsonrpc import (
     CONNECTION_CLOSED,
@@ -114,8 +115,17 @@ class CallState:
             raise McpProtocolError(*error_text(envelope["error"]))
         return shown_from_result(envelope.get("result"))
 
-    def finalize(self, step: ToolCallStep, cap: int) -> ToolCallStep:
-        """Add ``meta["mcp"]`` to the step and decide the client's reply from it."""
+    def finalize(
+        self,
+        step: ToolCallStep,
+        cap: int,
+        whole: Callable[[str], Shown | None] | None = None,
+    ) -> ToolCallStep:
+        """Add ``meta["mcp"]`` to the step and decide the client's reply from it.
+
+        ``whole`` (``EpisodeRecorder.whole_shown``) gives what the client is shown of a
+        result the step records capped: the cap is the record's, never the client's.
+        """
         outcome = step.actual.outcome if step.actual is not None else None
         self.fidelity = step.fidelity
         mcp: dict[str, Any] = {"request_id": self.request_id, "forwarded": self.forwarded}
@@ -163,15 +173,16 @@ class CallState:
             self.reply = error_message(self.request_id, code, f"litmus-sandbox: {text}")
         else:
             self.reply_kind = "result"
-            shown = step.shown
-            if self.output_schema is not None and not shown.is_error and shown.structured is None:
+            sent = (whole(step.call_id) if whole is not None else None) or step.shown
+            if self.output_schema is not None and not sent.is_error and sent.structured is None:
                 # The client expects structure the stand-in lacks: the smallest that fits.
-                shown = msgspec.structs.replace(
-                    shown, structured=placeholder(self.output_schema, shown.text())
-                )
+                structured = placeholder(self.output_schema, sent.text())
+                sent = msgspec.structs.replace(sent, structured=structured)
                 mcp["structured_placeholder"] = True
-                step = msgspec.structs.replace(step, shown=shown)
-            self.reply = result_message(self.request_id, shown, stateless=self.stateless)
+                step = msgspec.structs.replace(
+                    step, shown=msgspec.structs.replace(step.shown, structured=structured)
+                )
+            self.reply = result_message(self.request_id, sent, stateless=self.stateless)
         mcp["reply"] = self.reply_kind
         return msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
 

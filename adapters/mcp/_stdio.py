@@ -665,7 +665,9 @@ class _Session:
                         lambda _t, _a: self._forward(key, state),
                         tool,
                         args,
-                        finalize=functools.partial(state.finalize, cap=ep.sandbox.max_result_bytes),
+                        finalize=functools.partial(
+                            state.finalize, cap=ep.sandbox.max_result_bytes, whole=ep.whole_shown
+                        ),
                     )
             finally:
                 state.dispatched.set()

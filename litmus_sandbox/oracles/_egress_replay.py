@@ -104,6 +104,17 @@ _decoder = msgspec.json.Decoder(HttpExchange)
 
 
 _TORN = "torn last line (the recorder stopped mid-record); kept every whole line"
+_TORN_RECORD = "torn record (a write cut short by a crash, appended after); kept every whole line"
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether a line is the start of a JSON object whose end is missing."""
+    line = raw.strip()
+    try:
+        msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
+        return str(exc) == "Input data was truncated" and line.startswith(b"{")
+    return False
 
 
 class HttpCassette:
@@ -151,6 +162,9 @@ class HttpCassette:
                         if not raw.endswith(b"\n"):  # the last line, cut mid-record
                             torn.append(ReadWarning(path, lineno, _TORN))
                             break
+                        if _cut_short(raw):  # by a crash; a later recorder appended after
+                            torn.append(ReadWarning(path, lineno, _TORN_RECORD))
+                            continue
                         raise RecordDecodeError(
                             path, lineno, f"not an egress cassette record: {exc}"
                         ) from None

@@ -334,8 +334,11 @@ class FsProbe:
             ConfigError: the probe was not started.
         """
         async with self._require_started():
-            self._distribute(await self._refresh(full=True))
-            effects = dict.fromkeys(self._between)  # ordered, each change once
+            changes, late = await self._refresh_all(full=True)
+            self._distribute(changes)
+            # What the trees checked only now saw happened at some time in the episode:
+            # it is the finishing episode's, never an open call's (maybe another episode's).
+            effects = dict.fromkeys([*self._between, *window_effects(dict(late))])
             self._between = []
         return Effects(fs=tuple(effects))
 
@@ -350,13 +353,25 @@ class FsProbe:
     # ------------------------------------------------------------ refreshing
 
     async def _refresh(self, *, full: bool = False) -> list[tuple[str, Change]]:
+        changes, _ = await self._refresh_all(full=full)
+        return changes
+
+    async def _refresh_all(
+        self, *, full: bool = False
+    ) -> tuple[list[tuple[str, Change]], list[tuple[str, Change]]]:
+        """(changes, changes in the trees checked at the end: only when ``full``)."""
         return await anyio.to_thread.run_sync(self._refresh_sync, full, limiter=self._limiter)
 
-    def _refresh_sync(self, full: bool) -> list[tuple[str, Change]]:
+    def _refresh_sync(
+        self, full: bool
+    ) -> tuple[list[tuple[str, Change]], list[tuple[str, Change]]]:
         watch = self._watch
         out: list[tuple[str, Change]] = []
+        late: list[tuple[str, Change]] = []
         for i, (tree, hints) in enumerate(self._trees):
-            if i in self._at_end and not full:
+            if i in self._at_end:
+                if full:
+                    late.extend(tree.effects(self._full(tree)))
                 continue
             if watch is None or hints is None or watch.broken is not None or full:
                 if hints is not None:
@@ -384,7 +399,7 @@ class FsProbe:
                     self._stats["narrow_scans"] += 1
                     changes = tree.refresh(paths, dirs)
             out.extend(tree.effects(changes))
-        return out
+        return out, late
 
     def _full(self, tree: Tree) -> dict[str, Change]:
         self._stats["full_scans"] += 1
