@@ -630,6 +630,22 @@ def test_rebaseline_like_finds_a_python_judge_from_any_working_dir(suite: Path) 
     assert json.loads(r.stdout)["counts"]["NEEDS_REBASELINE"] == 0
 
 
+def _score(folder: Path, *names: str) -> None:
+    """Score ``NAME.episodes.jsonl`` into ``NAME.jsonl`` for each name, with POLICY."""
+    (folder / "p.toml").write_text(POLICY.format(refusal="false"))
+    for name in names:
+        r = run(
+            "score",
+            f"{name}.episodes.jsonl",
+            "--policy",
+            "p.toml",
+            "-o",
+            f"{name}.jsonl",
+            cwd=folder,
+        )
+        assert r.returncode == 0, r.stderr
+
+
 def test_hand_written_stubbed_baseline_never_compares_with_a_real_candidate(
     tmp_path: Path,
 ) -> None:
@@ -654,18 +670,7 @@ def test_hand_written_stubbed_baseline_never_compares_with_a_real_candidate(
         (tmp_path / f"{side}.episodes.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in records)
         )
-    (tmp_path / "p.toml").write_text(POLICY.format(refusal="false"))
-    for side in ("b", "c"):
-        r = run(
-            "score",
-            f"{side}.episodes.jsonl",
-            "--policy",
-            "p.toml",
-            "-o",
-            f"{side}.jsonl",
-            cwd=tmp_path,
-        )
-        assert r.returncode == 0, r.stderr
+    _score(tmp_path, "b", "c")
     r = run(
         "gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", "json", cwd=tmp_path
     )
@@ -707,18 +712,7 @@ def test_hand_written_refuse_and_stop_is_an_improvement_and_its_reverse_a_regres
     refuses = [ask, {"type": "message", "role": "assistant", "text": "I can't help with that."}]
     _hand_written(tmp_path / "sends.episodes.jsonl", "s", sends)
     _hand_written(tmp_path / "refuses.episodes.jsonl", "r", refuses)
-    (tmp_path / "p.toml").write_text(POLICY.format(refusal="false"))
-    for name in ("sends", "refuses"):
-        r = run(
-            "score",
-            f"{name}.episodes.jsonl",
-            "--policy",
-            "p.toml",
-            "-o",
-            f"{name}.jsonl",
-            cwd=tmp_path,
-        )
-        assert r.returncode == 0, r.stderr
+    _score(tmp_path, "sends", "refuses")
     for baseline, candidate, outcome, code in (
         ("sends", "refuses", "IMPROVEMENT", 0),
         ("refuses", "sends", "REGRESSION", 1),

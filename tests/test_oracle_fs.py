@@ -928,6 +928,17 @@ def test_an_entry_that_could_not_be_read_says_so_in_its_effect(root: Path) -> No
     assert fine.error is None
 
 
+def _crowded(base: Path, n: int) -> tuple[Path, Path, list[Path]]:
+    """``base/crowd`` holding the root and ``n`` other directories (more than 16)."""
+    crowd = base / "crowd"
+    root = crowd / "root"
+    root.mkdir(parents=True)
+    neighbours = [crowd / f"tmp{i:02d}" for i in range(n)]
+    for d in neighbours:
+        d.mkdir()
+    return crowd, root, neighbours
+
+
 @pytest.mark.parametrize("parent_is_a_tripwire", [True, False])
 async def test_directories_beside_a_root_in_a_crowded_parent_are_checked_at_the_end(
     base: Path, parent_is_a_tripwire: bool
@@ -936,12 +947,7 @@ async def test_directories_beside_a_root_in_a_crowded_parent_are_checked_at_the_
     each call (that would cost every call), but an escape into one is still found, one
     level deep, when the episode ends (unattributed, with an escape finding). So whether
     the parent is a tripwire itself (the temp dir) or only the root's surroundings."""
-    crowd = base / "crowd"
-    root = crowd / "root"
-    root.mkdir(parents=True)
-    neighbours = [crowd / f"tmp{i:02d}" for i in range(40)]
-    for d in neighbours:
-        d.mkdir()
+    crowd, root, neighbours = _crowded(base, 40)
     (neighbours[7] / "existing.txt").write_bytes(b"old")
     episodes = base / "eps.jsonl"
 
@@ -1010,12 +1016,7 @@ async def test_what_is_checked_at_the_end_is_the_finishing_episodes_never_an_ope
 ) -> None:
     """Episode A writes into a neighbour checked at the end; episode B has a call in flight
     when A ends. The escape is A's (unattributed), not B's call's."""
-    crowd = base / "crowd"
-    root = crowd / "root"
-    root.mkdir(parents=True)
-    neighbours = [crowd / f"tmp{i:02d}" for i in range(20)]
-    for d in neighbours:
-        d.mkdir()
+    crowd, root, neighbours = _crowded(base, 20)
     episodes = base / "eps.jsonl"
     b_started, a_ended = anyio.Event(), anyio.Event()
 

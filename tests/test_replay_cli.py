@@ -187,6 +187,10 @@ def _replay_check(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _dump(path: Path, records: list[Any]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 async def _replayed_with_one_miss(tmp_path: Path, files: dict[str, Path]) -> list[Any]:
     sandbox = Sandbox(
         root=tmp_path / "root",
@@ -209,14 +213,14 @@ async def test_a_malformed_logged_divergence_is_bad_input_never_a_pass(
     ]
     records[line - 1]["meta"]["replay"]["divergence"] = "junk"
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _dump(bad, records)
     r = _replay_check(bad)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert f"bad.jsonl:{line}: malformed replay record: meta.replay.divergence" in r.stderr
     # The end record's replay facts of the wrong shape are named by their line too.
     records[line - 1]["meta"]["replay"].pop("divergence")
     records[-1]["meta"]["replay"]["unused"] = 5
-    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _dump(bad, records)
     r = _replay_check(bad)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert f"bad.jsonl:{len(records)}: malformed replay record" in r.stderr
@@ -231,7 +235,7 @@ async def test_divergences_the_end_record_counts_on_no_step_fail_the_check(
     assert records[-1]["meta"]["replay"]["divergences"] == 1
     records[-1]["meta"]["replay"]["unused"] = []
     cut = tmp_path / "cut.jsonl"
-    cut.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _dump(cut, records)
     r = _replay_check(cut)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 divergence(s) counted by the end record on no step" in r.stdout
@@ -245,7 +249,7 @@ async def test_a_logged_divergence_counts_without_header_facts_or_end(
     records = await _replayed_with_one_miss(tmp_path, files)
     records[0]["meta"].pop("replay")
     cut = tmp_path / "cut.jsonl"
-    cut.write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))
+    _dump(cut, records[:-1])
     r = _replay_check(cut)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DIVERGED" in r.stdout
@@ -258,7 +262,7 @@ async def test_a_malformed_header_replay_record_is_named_by_its_line(
     records[0]["meta"]["replay"]["sources"] = 5
     records[-1]["meta"]["replay"].pop("sources")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _dump(bad, records)
     r = _replay_check(bad)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert "bad.jsonl:1: malformed replay record: meta.replay.sources" in r.stderr
