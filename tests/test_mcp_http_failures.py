@@ -36,7 +36,7 @@ class _Upstream(BaseHTTPRequestHandler):
             self.end_headers()
             return
         name = body.get("params", {}).get("name")
-        if name == "hang":
+        if name == "hang" or body.get("method") == "resources/read":
             RELEASE.wait(10)
             return
         if name == "crash":  # the server dies mid-call: the connection goes, no answer
@@ -360,3 +360,110 @@ async def test_a_session_deleted_mid_call_interrupts_the_call_and_serving_goes_o
     (step,) = calls(session)
     assert step.actual is not None
     assert step.actual.outcome == "interrupted"
+
+
+def request(rid: int, method: str) -> dict[str, Any]:
+    params = {"uri": "file:///x", "_meta": {"litmus/case_id": "c"}}
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+
+async def test_any_request_the_server_leaves_unanswered_times_out(
+    tmp_path: Path, upstream: str
+) -> None:
+    """Not only tools/call: the proxy never hangs the client, over HTTP as over stdio."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5)
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            ok = (await client.post("/mcp", json=call(1, "echo"), headers=headers)).json()
+            with anyio.fail_after(5):
+                hung = (await client.post("/mcp", json=request(2, "resources/read"))).json()
+        proxy.stop()
+    assert ok["result"]["content"][0]["text"] == "ok"
+    assert (hung["id"], hung["error"]["code"]) == (2, -32001)
+    assert "resources/read got no answer within 0.5s" in hung["error"]["message"]
+    episode = one_episode(tmp_path / "eps.jsonl")
+    assert episode.end is not None
+    assert episode.end.status == "aborted"
+    assert episode.end.reason == "resources/read got no answer within 0.5s (server hung?)"
+
+
+async def test_a_stop_with_a_reason_answers_what_waits_and_aborts_the_episode(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A signal: the call in flight is recorded interrupted (it reached the server) and
+    answered -32000, as is a relayed request still waiting; the episode ends aborted."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=30)
+    headers = {"Accept": "application/json, text/event-stream"}
+    replies: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+            async def post(name: str, body: dict[str, Any]) -> None:
+                replies[name] = (await client.post("/mcp", json=body, headers=headers)).json()
+
+            async with anyio.create_task_group() as clients:
+                clients.start_soon(post, "call", call(1, "hang"))
+                clients.start_soon(post, "read", request(2, "resources/read"))
+                await anyio.sleep(0.5)  # both under way
+                with anyio.fail_after(10):
+                    proxy.stop("the proxy was stopped by SIGTERM")
+                    await proxy.stopped.wait()
+    for name, rid in (("call", 1), ("read", 2)):
+        assert replies[name]["id"] == rid
+        assert replies[name]["error"]["code"] == -32000
+        assert "stopped by SIGTERM" in replies[name]["error"]["message"]
+    episode = one_episode(tmp_path / "eps.jsonl")
+    assert episode.end is not None
+    assert (episode.end.status, episode.end.reason) == (
+        "aborted",
+        "the proxy was stopped by SIGTERM",
+    )
+    (step,) = calls(episode)
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"
+    assert (step.meta["mcp"]["forwarded"], step.meta["mcp"]["reply"]) == (True, "error")
+
+
+async def test_sigterm_to_the_http_proxy_exits_130_with_the_episode_aborted(
+    tmp_path: Path, upstream: str
+) -> None:
+    import re
+    import signal
+    import sys
+
+    from anyio.streams.text import TextReceiveStream
+
+    cmd = [sys.executable, "-m", "litmus_sandbox._cli", "proxy", "mcp", "--listen"]
+    cmd += ["127.0.0.1:0", "--upstream", upstream, "--episodes", str(tmp_path / "eps.jsonl")]
+    process = await anyio.open_process(cmd, cwd=tmp_path)
+    assert process.stderr is not None
+    said = ""
+    with anyio.fail_after(20):
+        async for text in TextReceiveStream(process.stderr):
+            said += text
+            if found := re.search(r"MCP proxy on (http://127\.0\.0\.1:\d+)", said):
+                break
+    assert found is not None, said
+    reply: dict[str, Any] = {}
+    async with httpx.AsyncClient(base_url=found.group(1), timeout=20) as client:
+
+        async def post() -> None:
+            reply.update((await client.post("/mcp", json=call(1, "hang"))).json())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post)
+            await anyio.sleep(0.5)
+            process.send_signal(signal.SIGTERM)
+    with anyio.fail_after(20):
+        assert await process.wait() == 130
+    assert (reply["id"], reply["error"]["code"]) == (1, -32000)
+    episode = one_episode(tmp_path / "eps.jsonl")
+    assert episode.end is not None
+    assert episode.end.reason == "the proxy was stopped by SIGTERM"

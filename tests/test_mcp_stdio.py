@@ -280,7 +280,7 @@ async def test_each_call_times_out_on_its_own_deadline(tmp_path: Path, oracles: 
     assert await client.finish() == 0
     steps = {s.meta["mcp"]["request_id"]: s for s in calls(one_episode(tmp_path / "eps.jsonl"))}
     assert [steps[i].meta["mcp"]["outcome"] for i in (2, 3)] == ["timeout", "timeout"]
-    assert steps[1].meta["mcp"]["outcome"] == "upstream_failed"  # the server left first
+    assert steps[1].meta["mcp"]["outcome"] == "interrupted"  # the client hung up on it
 
 
 async def test_a_request_id_already_in_flight_is_refused(
@@ -335,6 +335,30 @@ async def test_a_server_that_stops_reading_cannot_hold_a_call_past_its_timeout(
     assert await client.finish(limit=30) == 0
     steps = calls(one_episode(tmp_path / "eps.jsonl"))
     assert {s.meta["mcp"]["outcome"] for s in steps} == {"timeout"}
+
+
+async def test_a_client_that_hangs_up_on_a_pending_call_leaves_it_interrupted(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    """Nobody saw the call end: it is interrupted (not a server failure), and the run is
+    not a complete one; the client hung up, so the proxy exits 0."""
+    client = RawClient(await open_proxy(tmp_path, *oracles, "--timeout", "0"))
+    await client.send(tool_call(1, "echo", {"text": "before"}))
+    await client.recv_json()
+    await client.send(tool_call(2, "hang"))
+    await anyio.sleep(0.3)  # the call is under way
+    assert await client.finish() == 0
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert (ep.end.status, ep.end.reason) == (
+        "aborted",
+        "the client hung up with 1 requests unanswered",
+    )
+    echo, hung = calls(ep)
+    assert echo.meta["mcp"]["outcome"] == "result"
+    assert hung.actual is not None
+    assert hung.actual.outcome == "interrupted"
+    assert hung.meta["mcp"]["reply"] == "none"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -203,9 +203,11 @@ async def _on_signal(action: Callable[[str], None]) -> None:
             return
 
 
-async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
+async def _serve_http(proxy: HttpProxy, host: str, port: int) -> int:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_signal, lambda _reason: proxy.stop())
+        # A signal cuts the run short: calls in flight and waiting requests are answered
+        # -32000, and the open episodes end aborted with the signal as their reason.
+        tg.start_soon(_on_signal, proxy.stop)
         bound = await tg.start(proxy.serve, host, port)
         print(
             f"litmus-sandbox: MCP proxy on http://{host}:{bound}{proxy.endpoint} "
@@ -215,6 +217,7 @@ async def _serve_http(proxy: HttpProxy, host: str, port: int) -> None:
         )
         await proxy.stopped.wait()
         tg.cancel_scope.cancel()
+    return 130 if proxy.stop_reason is not None else 0
 
 
 async def _serve_stdio(proxy: StdioProxy | ReplayServer) -> int:
@@ -295,8 +298,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--env applies to a stdio server the proxy starts")
         host, port = _listen(args.listen)
         http = HttpProxy(args.upstream, **common)
-        _run(_serve_http, http, host, port)
-        return 0
+        return _run(_serve_http, http, host, port)
     if not command and args.replay:
         if args.env:
             raise ConfigError("--env applies to a server the proxy starts; replay starts none")

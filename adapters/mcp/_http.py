@@ -21,6 +21,7 @@ gets one per case id it names in ``_meta``, or one for the whole proxy run.
 
 from __future__ import annotations
 
+import math
 import os
 import zlib
 from collections.abc import Sequence
@@ -47,8 +48,10 @@ from ._episodes import EpisodeSlot
 from ._http_call import HttpToolCall, listing_result
 from ._jsonrpc import (
     CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
     Message,
     batch_has_tool_call,
+    cancelled_message,
     cancelled_request_of,
     case_id_of,
     error_message,
@@ -59,6 +62,7 @@ from ._jsonrpc import (
     tool_call_of,
 )
 from ._schema import listed_schemas, output_schemas
+from ._sse import SseSplitter, encode_event, event_data
 
 PathLike = str | os.PathLike[str]
 
@@ -85,6 +89,15 @@ def _decoded(raw: bytes, encoding: str | None) -> bytes | None:
     except zlib.error:
         return None
     return None
+
+
+def _answers(event: bytes, request_id: Any) -> bool:
+    """Whether a server-sent event carries the response to ``request_id``."""
+    data = event_data(event)
+    if not data:
+        return False
+    msg = parse(data)
+    return msg.kind == "response" and id_key(msg.id) == id_key(request_id)
 
 
 class HttpProxy:
@@ -142,6 +155,11 @@ class HttpProxy:
         }
         self._slots: dict[str, EpisodeSlot] = {}
         self._stopping = anyio.Event()
+        #: Why the proxy was stopped early (a signal), or None.
+        self.stop_reason: str | None = None
+        #: Relayed requests waiting for the server's answer: the scope each waits in, and
+        #: an event set once the client has its answer.
+        self._waiting: dict[anyio.CancelScope, anyio.Event] = {}
         #: In-flight recorded calls by (episode key, request id key), for cancellation.
         self.calls: dict[tuple[str, Any], HttpToolCall] = {}
         #: Tools' output schemas, learnt from the tools/list answers relayed.
@@ -190,12 +208,33 @@ class HttpProxy:
                     for slot in list(self._slots.values()):
                         await slot.close()
 
-    def stop(self) -> None:
-        """Stop serving: open connections are dropped, open episodes end ``complete``."""
+    def stop(self, reason: str | None = None) -> None:
+        """Stop serving. Without ``reason``, open connections are dropped and open episodes
+        end ``complete``. With one (a signal), the run was cut short: calls in flight are
+        recorded ``interrupted`` and their clients get ``-32000``, so do requests waiting
+        for the server, and open episodes end ``aborted`` with ``reason``."""
+        if reason is not None and self.stop_reason is None:
+            self.stop_reason = reason
         self._stopping.set()
 
     async def _stop_when_asked(self, scope: anyio.CancelScope) -> None:
         await self._stopping.wait()
+        reason = self.stop_reason
+        if reason is not None:
+            for slot in self._slots.values():
+                slot.abort(reason)
+            running = list(self.calls.values())
+            for call in running:
+                call.state.stopped = reason  # its reply says why (see CallState.finalize)
+                call.scope.cancel()
+            waiting = list(self._waiting.items())
+            for relayed, _ in waiting:
+                relayed.cancel()  # each answers its client (see relay)
+            with anyio.move_on_after(5):
+                for call in running:
+                    await call.finished.wait()
+                for _, answered in waiting:
+                    await answered.wait()
         scope.cancel()
 
     # ------------------------------------------------------------ episodes
@@ -394,13 +433,68 @@ class HttpProxy:
         *,
         msg: Message | None = None,
     ) -> None:
-        """Forward one request and stream its response back, bytes untouched."""
+        """Forward one request and stream its response back, bytes untouched.
+
+        A JSON-RPC request waits for its answer at most ``timeout`` seconds (its JSON body,
+        or the event answering it on a stream): past that, the client gets ``-32001``,
+        the server ``notifications/cancelled``, and the episode ends aborted, as over
+        stdio. A stop with a reason answers it ``-32000``.
+        """
+        rid = msg.id if msg is not None and msg.kind == "request" else None
         request = self.client.build_request(method, url, headers=headers, content=body)
+        waiting, answered = anyio.CancelScope(), anyio.Event()
+        if rid is not None and msg is not None:
+            if self.timeout is not None:
+                waiting.deadline = anyio.current_time() + self.timeout
+            self._waiting[waiting] = answered
+        try:
+            with waiting:
+                await self._relay(down, request, headers, msg, waiting)
+            # (A request answered on a stream has left _waiting: its stream may be cut.)
+            if waiting.cancelled_caught and waiting in self._waiting and msg is not None:
+                await self._unanswered(down, url, headers, msg)
+        finally:
+            self._waiting.pop(waiting, None)
+            answered.set()
+
+    async def _unanswered(
+        self, down: Downstream, url: str, headers: list[tuple[bytes, bytes]], msg: Message
+    ) -> None:
+        """A relayed request the server left unanswered: stopped early, or timed out."""
+        if self.stop_reason is not None:
+            reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stop_reason}")
+        else:
+            reason = f"{msg.method} got no answer within {self.timeout:g}s (server hung?)"
+            reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
+            if (slot := self._slots.get(self.key_for(headers, msg))) is not None:
+                slot.abort(reason)
+            if msg.method != "initialize":  # initialize cannot be cancelled
+                with anyio.move_on_after(2):
+                    try:
+                        sent = cancelled_message(msg.id, reason)
+                        await (await self.client.post(url, headers=headers, content=sent)).aclose()
+                    except httpx.HTTPError:
+                        pass
+        with anyio.move_on_after(2, shield=True):
+            if down.started:
+                await down.body(encode_event(reply))
+                await down.end()
+            else:
+                await down.whole(200, b"application/json", reply)
+
+    async def _relay(
+        self,
+        down: Downstream,
+        request: httpx.Request,
+        headers: list[tuple[bytes, bytes]],
+        msg: Message | None,
+        waiting: anyio.CancelScope,
+    ) -> None:
+        rid = msg.id if msg is not None and msg.kind == "request" else None
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             text = f"litmus-sandbox: the MCP server is unreachable: {exc}"
-            rid = msg.id if msg is not None and msg.kind == "request" else None
             await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
             return
         try:
@@ -417,11 +511,25 @@ class HttpProxy:
             )
             listing = msg is not None and msg.method == "tools/list" and response.is_success
             seen = bytearray()
+            # On a stream, the request is answered by one of its events: once it has gone
+            # by, the rest of the stream is the server's to keep open (no deadline).
+            events = (
+                SseSplitter()
+                if rid is not None
+                and response.headers.get("content-type", "").startswith("text/event-stream")
+                else None
+            )
             try:
                 async for chunk in response.aiter_raw():
                     await down.body(chunk)
                     if listing and len(seen) < _MAX_LISTING:
                         seen += chunk
+                    if events is not None and any(
+                        _answers(event, rid) for event in events.feed(chunk)
+                    ):
+                        events = None
+                        waiting.deadline = math.inf
+                        self._waiting.pop(waiting, None)
             except httpx.HTTPError:
                 pass  # the server dropped the stream: end ours where it ended
             await down.end()

@@ -161,13 +161,15 @@ class HttpToolCall:
         request = proxy.client.build_request(
             "POST", self.url, headers=self.headers, content=state.request
         )
+        # Being sent: the server may have it before it answers (a stop or a timeout
+        # meanwhile still tells it); a refused connection says it never got there.
+        state.forwarded = True
         try:
             response = await proxy.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             state.forwarded = not isinstance(exc, httpx.ConnectError)
             state.failure = f"the MCP server is unreachable: {exc}"
             raise UpstreamGone(state.failure) from exc
-        state.forwarded = True
         self._response = response
         headers = forwardable(response.headers.raw)
         reason = response.reason_phrase.encode("latin-1")

@@ -808,6 +808,18 @@ class _Session:
                 detail += f" ({pending} requests unanswered)"
             self._slot.abort(detail)
             print(f"litmus-sandbox: {detail}", file=sys.stderr)
+        elif pending:
+            # The client left without its answers and the server was stopped: those calls
+            # were interrupted (nobody saw them end), and the run is not a complete one.
+            detail = f"the client hung up with {pending} requests unanswered"
+            self._slot.abort(detail)
+            print(f"litmus-sandbox: {detail}", file=sys.stderr)
+            for _, scope in self._calls.values():
+                scope.cancel()
+            self._waiters.clear()  # their calls are cancelled: not failed
+            while self._inline:
+                _, inline = self._inline.popitem()
+                inline.record(inline.call.interrupted)
         for waiter in self._waiters.values():
             waiter.fail(self._gone_reason)
         self._waiters.clear()
