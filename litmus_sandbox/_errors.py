@@ -46,3 +46,11 @@ class UpstreamError(LitmusError):
 
 class JudgeError(UpstreamError):
     """A judge failed to produce a verdict (after its retries and fallback)."""
+
+
+def leaf_errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions inside ``group`` and the groups nested in it, in order."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(leaf_errors(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

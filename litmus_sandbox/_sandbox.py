@@ -40,7 +40,7 @@ import msgspec
 
 from ._about import package_version
 from ._divergence import META_KEY, ReplayReport, report_of, summary_meta
-from ._errors import ConfigError, UpstreamError
+from ._errors import ConfigError, UpstreamError, leaf_errors
 from ._open_call import OpenCall
 from ._policy import Policy, Stub, ToolPolicy
 from ._records import (
@@ -1086,17 +1086,10 @@ def _abort_reason(exc: BaseException) -> str:
     if isinstance(exc, UpstreamError):
         return str(exc)  # an adapter's own account of what failed upstream
     if isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in _leaves(exc) if not isinstance(e, anyio.get_cancelled_exc_class())]
+        inner = [e for e in leaf_errors(exc) if not isinstance(e, anyio.get_cancelled_exc_class())]
         if inner:
             return "; ".join(_abort_reason(e) for e in inner)
     return f"{type(exc).__name__}: {exc}"
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for e in group.exceptions:
-        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
-    return out
 
 
 def _windowed(probe: Probe) -> bool:

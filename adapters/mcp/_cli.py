@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import anyio
 
 from litmus_sandbox import Cassette, ConfigError, Policy
+from litmus_sandbox._errors import leaf_errors
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -239,17 +240,10 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     try:
         return anyio.run(fn, *args)
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
+        leaves = leaf_errors(group)
         if len(leaves) == 1:
             raise leaves[0] from None
         raise
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
 
 
 def run(args: argparse.Namespace) -> int:
