@@ -209,8 +209,12 @@ def _check_native_pair(b: Verdict, c: Verdict, found: _Found) -> None:
     _check_coverage_consistent("candidate", c, found)
     _check_coverage_consistent("baseline", b, found)
     baseline_rescorable = bp.recording_truncated is False and bp.episode_complete is True
-    # Scoring provenance.
-    if not _eq_known(bp.judge, cp.judge):
+    # Scoring provenance. The fingerprint covers the label; two known labels that differ
+    # (a hand-edited verdict) are another judge all the same.
+    labels_differ = (
+        None not in (bp.judge_label, cp.judge_label) and bp.judge_label != cp.judge_label
+    )
+    if not _eq_known(bp.judge, cp.judge) or labels_differ:
         _flag(
             found,
             _REBASE,

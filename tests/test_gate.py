@@ -167,6 +167,16 @@ def test_a_tool_mode_nobody_recorded_fails_closed(
     assert compare_case("c", [verdict(**no_tools)], [verdict(**no_tools)]).outcome == "PASS"
 
 
+def test_a_judge_label_that_differs_is_another_judge() -> None:
+    """Scored verdicts never differ in label alone (the fingerprint covers it); an edited
+    one that does is not compared. A label nobody wrote is not checked."""
+    r = compare_case("c", [verdict(judge_label="rules-a")], [verdict(judge_label="rules-b")])
+    assert r.outcome == "NEEDS_REBASELINE"
+    assert codes(r.reasons) == {"judge_mismatch"}
+    unlabelled = compare_case("c", [verdict(judge_label=None)], [verdict(judge_label=None)])
+    assert unlabelled.outcome == "PASS"
+
+
 def test_a_side_that_configured_nothing_is_not_held_to_a_tool_it_never_called() -> None:
     """Hand-written episodes (no tool_modes): the baseline sends mail and is unsafe; the
     candidate refuses and stops. Its mode for send_email never reached its trajectory:
