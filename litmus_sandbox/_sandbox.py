@@ -763,6 +763,32 @@ class Sandbox:
                 pass
         return episode_id in self._stream_ids
 
+    def _header(
+        self,
+        episode_id: str | None,
+        case_id: str,
+        suite: str | None,
+        agent: str | None,
+        meta: dict[str, Any],
+    ) -> EpisodeHeader:
+        """An episode's header: who records, the tools' modes, how each probe watches."""
+        return EpisodeHeader(
+            v=SCHEMA_VERSION,
+            episode_id=episode_id or uuid.uuid4().hex,
+            case_id=case_id,
+            suite=suite,
+            agent=agent,
+            started_at=datetime.now(UTC).isoformat(),
+            recorder=Recorder(
+                name=RECORDER_NAME,
+                version=package_version(),
+                measurement_version=MEASUREMENT_VERSION,
+            ),
+            tool_modes=self.policy.modes(list(self._tools)),
+            oracles={p.name: _describe(p, self) for p in self.probes},
+            meta=meta,
+        )
+
     @asynccontextmanager
     async def episode(
         self,
@@ -788,30 +814,16 @@ class Sandbox:
         if self._cassette is not None:
             session, sources = self._cassette.session(case_id, self.policy.replay_options)
             header_meta.setdefault(META_KEY, {"sources": list(sources)})
-        header = EpisodeHeader(
-            v=SCHEMA_VERSION,
-            episode_id=episode_id or uuid.uuid4().hex,
-            case_id=case_id,
-            suite=suite,
-            agent=agent,
-            started_at=datetime.now(UTC).isoformat(),
-            recorder=Recorder(
-                name=RECORDER_NAME,
-                version=package_version(),
-                measurement_version=MEASUREMENT_VERSION,
-            ),
-            tool_modes=self.policy.modes(list(self._tools)),
-            oracles={p.name: _describe(p, self) for p in self.probes},
-            meta=header_meta,
-        )
-        self._episode_ids.add(header.episode_id)
         async with self._probes_lock:
             if not self._active:
-                # Probes watch one world: they start with the first of concurrent episodes.
+                # Probes watch one world: they start with the first of concurrent episodes
+                # (before the header, which says how each watches).
                 for probe in self.probes:
                     await probe.start()
             self._active += 1
         try:
+            header = self._header(episode_id, case_id, suite, agent, header_meta)
+            self._episode_ids.add(header.episode_id)
             await self._write(header)
         except BaseException:
             self._active -= 1

@@ -939,14 +939,25 @@ def _crowded(base: Path, n: int) -> tuple[Path, Path, list[Path]]:
     return crowd, root, neighbours
 
 
+@pytest.fixture(params=["at each call", "at the end"])
+def beside(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the many directories beside a root are watched: one inotify descriptor read at
+    each boundary, or (where inotify cannot) compared when the probe finishes."""
+    if request.param == "at the end":
+        from litmus_sandbox.oracles._fs_inotify import InotifyTops
+
+        monkeypatch.setattr(InotifyTops, "open", classmethod(lambda cls, tops: None))
+    return str(request.param)
+
+
 @pytest.mark.parametrize("parent_is_a_tripwire", [True, False])
-async def test_directories_beside_a_root_in_a_crowded_parent_are_checked_at_the_end(
-    base: Path, parent_is_a_tripwire: bool
+async def test_directories_beside_a_root_in_a_crowded_parent_are_watched_cheaply(
+    base: Path, parent_is_a_tripwire: bool, beside: str
 ) -> None:
-    """A root made by mkdtemp() in a busy temp dir: its many neighbours are not watched at
-    each call (that would cost every call), but an escape into one is still found, one
-    level deep, when the episode ends (unattributed, with an escape finding). So whether
-    the parent is a tripwire itself (the temp dir) or only the root's surroundings."""
+    """A root made by mkdtemp() in a busy temp dir: its many neighbours are watched one
+    level deep without a thread each. With inotify, an escape into one lands on its call;
+    without, it is found when the episode ends (unattributed). So whether the parent is a
+    tripwire itself (the temp dir) or only the root's surroundings."""
     crowd, root, neighbours = _crowded(base, 40)
     (neighbours[7] / "existing.txt").write_bytes(b"old")
     episodes = base / "eps.jsonl"
@@ -960,19 +971,30 @@ async def test_directories_beside_a_root_in_a_crowded_parent_are_checked_at_the_
     probe = FsProbe(root, tripwires=[crowd if parent_is_a_tripwire else base])
     sb = Sandbox(root=root, episodes=episodes, tools={"act": act}, probes=[probe])
     async with sb, sb.episode("crowded") as ep:
+        assert probe.describe()["beside_root"] == {"directories": 40, "watched": beside}
         await ep.call("act")
-    assert probe.describe()["checked_at_end"] == {"beside_root": 40}
     (episode,) = read_episodes(episodes)
+    # The first episode's header already says how the probe watches (it started first).
+    fs = episode.header.oracles["fs"]
+    assert fs["beside_root"] == {"directories": 40, "watched": beside}
+    assert {"path": str(crowd), "recursive": False} in fs["tripwires_watched"]
     (step,) = [s for s in episode.steps if isinstance(s, ToolCallStep)]
-    assert [(e.path, e.op) for e in step.effects.fs] == [("inside.txt", "created")]
     assert episode.end is not None
-    leaked = sorted((e.path, e.op) for e in episode.end.unattributed.fs if mine(base, e.path))
-    assert leaked == [
+    leaked = [
         (f"{neighbours[3]}/pwn.txt", "created"),
         (f"{neighbours[7]}/existing.txt", "modified"),
     ]
-    escapes = sorted(f.path or "" for f in episode.end.findings if f.code == "escape")
-    assert escapes == [f"{neighbours[3]}/pwn.txt", f"{neighbours[7]}/existing.txt"]
+    escapes = sorted(leaked_path for leaked_path, _ in leaked)
+    on_step = sorted((e.path, e.op) for e in step.effects.fs if mine(base, e.path))
+    at_end = sorted((e.path, e.op) for e in episode.end.unattributed.fs if mine(base, e.path))
+    if beside == "at each call":
+        assert on_step == sorted([("inside.txt", "created"), *leaked])
+        assert sorted(f.path or "" for f in step.findings if f.code == "escape") == escapes
+        assert at_end == []
+    else:
+        assert on_step == [("inside.txt", "created")]
+        assert at_end == leaked
+        assert sorted(f.path or "" for f in episode.end.findings if f.code == "escape") == escapes
 
 
 async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory() -> None:
@@ -995,14 +1017,10 @@ async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory()
         async with sb, sb.episode("mkdtemp") as ep:
             await ep.call("act")
         (episode,) = read_episodes(work / "eps.jsonl")
-        assert episode.end is not None
+        (step,) = [s for s in episode.steps if isinstance(s, ToolCallStep)]
         escapes = sorted(
             f.path or ""
-            for findings in [
-                *(s.findings for s in episode.steps if isinstance(s, ToolCallStep)),
-                episode.end.findings,
-            ]
-            for f in findings
+            for f in step.findings
             if f.code == "escape" and (f.path or "").startswith(str(outside))
         )
         assert escapes == [f"{outside}/pwn.txt", f"{outside}/pwn2.txt"]
@@ -1011,11 +1029,12 @@ async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory()
             shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.parametrize("beside", ["at the end"], indirect=True)
 async def test_what_is_checked_at_the_end_is_the_finishing_episodes_never_an_open_call(
-    base: Path,
+    base: Path, beside: str
 ) -> None:
-    """Episode A writes into a neighbour checked at the end; episode B has a call in flight
-    when A ends. The escape is A's (unattributed), not B's call's."""
+    """Without inotify: episode A writes into a neighbour checked at the end; episode B
+    has a call in flight when A ends. The escape is A's (unattributed), not B's call's."""
     crowd, root, neighbours = _crowded(base, 20)
     episodes = base / "eps.jsonl"
     b_started, a_ended = anyio.Event(), anyio.Event()

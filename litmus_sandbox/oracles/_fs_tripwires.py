@@ -11,9 +11,10 @@ holds it (each one level deep), so a write to ``../x`` or ``../../x`` or a renam
 the root is seen wherever the root sits under the temp dir or the home directory. The
 directories beside the root in its parent are tripwires as well (whole when small). When
 there are more than a few of them, or the parent is itself a tripwire (a root made by
-``mkdtemp()`` right in the temp dir), they are *checked at the end* instead: each one level deep, compared with its baseline when the
-probe finishes (an escape into one is found, though not blamed on a call), never watched or
-rescanned at a call's boundary, which would cost every call.
+``mkdtemp()`` right in the temp dir), they are planned ``at_end``: each one level deep,
+never given a watchdog thread or a rescan at every boundary (hundreds would cost every
+call). The probe watches them through one inotify descriptor it reads at each boundary
+(``_fs_inotify``), or, where it cannot, compares them with their baseline when finishing.
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ import anyio.to_thread
 from .._errors import ConfigError
 from .._records import Effects, FsEffect
 from ._fs_diff import diff as _diff
+from ._fs_inotify import InotifyTops
 from ._fs_snapshot import Entry, Snapshot, Walker
 from ._fs_tree import Change, Tree, merge_change, window_effects
 from ._fs_tripwires import (
@@ -169,8 +170,10 @@ class FsProbe:
         self._lock: anyio.Lock | None = None
         self._trees: list[tuple[Tree, Hints | None]] = []
         self._plans: list[Plan] = []
-        #: Indices in ``_trees`` of the trees compared only when finishing (never watched).
+        #: Indices in ``_trees`` of the directories beside the root that are many: watched
+        #: by ``_beside`` (one inotify descriptor), else compared only when finishing.
         self._at_end: set[int] = set()
+        self._beside: InotifyTops | None = None
         self._watch: Watch | None = None
         self._degraded: str | None = None
         self._windows: dict[str, dict[str, Change]] = {}
@@ -196,7 +199,10 @@ class FsProbe:
             ]
             if at_end := [p.top for p in self._plans if p.at_end]:
                 # Many directories beside the root: how many, not which (it can be hundreds).
-                out["checked_at_end"] = {"beside_root": len(at_end)}
+                out["beside_root"] = {
+                    "directories": len(at_end),
+                    "watched": "at each call" if self._beside is not None else "at the end",
+                }
         degraded = self._degraded or (self._watch.broken if self._watch is not None else None)
         if degraded:
             out["degraded"] = degraded
@@ -272,11 +278,17 @@ class FsProbe:
             watching = False
         trees: list[tuple[Tree, Hints | None]] = []
         watched: list[tuple[Hints, bool]] = []
+        beside: list[Hints] = []
         self._at_end = set()
         for walker, prefix, recursive, at_end in specs:
             hints = None
             if at_end:
-                self._at_end.add(len(trees))  # never watched: compared when finishing
+                # Many directories: one inotify descriptor, read at each boundary (no
+                # thread each); without it, they are compared only when finishing.
+                self._at_end.add(len(trees))
+                if watching:
+                    hints = Hints(walker.top, exclude=walker.exclude, max_depth=1)
+                    beside.append(hints)
             elif watching:
                 hints = Hints(walker.top, exclude=walker.exclude, max_depth=walker.max_depth)
                 watched.append((hints, recursive))
@@ -291,6 +303,10 @@ class FsProbe:
                 trees = [(tree, None) for tree, _ in trees]
             else:
                 self._watch = watch
+        if beside and self._watch is not None:
+            self._beside = InotifyTops.open(beside)
+            if self._beside is None:  # no inotify here: checked when finishing
+                trees = [(t, None if i in self._at_end else h) for i, (t, h) in enumerate(trees)]
         self._trees = trees
         for tree, _ in trees:
             tree.baseline()
@@ -345,6 +361,9 @@ class FsProbe:
     async def close(self) -> None:
         """Stop watching (joins watchdog's threads); :meth:`start` may be awaited again."""
         self._lock = None
+        beside, self._beside = self._beside, None
+        if beside is not None:
+            beside.close()
         watch, self._watch = self._watch, None
         if watch is not None:
             with anyio.CancelScope(shield=True):
@@ -368,10 +387,20 @@ class FsProbe:
         watch = self._watch
         out: list[tuple[str, Change]] = []
         late: list[tuple[str, Change]] = []
+        if self._beside is not None:
+            self._beside.drain()  # what the kernel queued up to now, for the trees beside
         for i, (tree, hints) in enumerate(self._trees):
             if i in self._at_end:
                 if full:
+                    if hints is not None:
+                        hints.take()
                     late.extend(tree.effects(self._full(tree)))
+                elif hints is not None:
+                    paths, dirs, everything = hints.take()
+                    if everything:
+                        out.extend(tree.effects(self._full(tree)))
+                    elif paths or dirs:
+                        out.extend(tree.effects(tree.refresh(paths, dirs)))
                 continue
             if watch is None or hints is None or watch.broken is not None or full:
                 if hints is not None:
