@@ -85,19 +85,20 @@ class InotifyTops:
             watches[wd] = hints
         return cls(fd, watches)
 
-    def drain(self) -> None:
-        """Hand every queued event to its hints (non-blocking)."""
+    def drain(self) -> set[Hints]:
+        """Hand every queued event to its hints (non-blocking); the hints marked."""
+        touched: set[Hints] = set()
         while True:
             try:
                 data = os.read(self._fd, 64 * 1024)
             except BlockingIOError:
-                return
+                return touched
             except OSError:
                 self._everything()
-                return
-            self._dispatch(data)
+                return set(self._watches.values())
+            self._dispatch(data, touched)
 
-    def _dispatch(self, data: bytes) -> None:
+    def _dispatch(self, data: bytes, touched: set[Hints]) -> None:
         at = 0
         while at + _HEADER.size <= len(data):
             wd, mask, _cookie, size = _HEADER.unpack_from(data, at)
@@ -105,10 +106,12 @@ class InotifyTops:
             at += _HEADER.size + size
             if mask & _Q_OVERFLOW:
                 self._everything()
+                touched.update(self._watches.values())
                 continue
             hints = self._watches.get(wd)
             if hints is None or mask & _IGNORED:
                 continue
+            touched.add(hints)
             if mask & (_DELETE_SELF | _MOVE_SELF) or not raw:
                 hints.mark_everything()  # the directory itself changed: rescan it whole
                 continue

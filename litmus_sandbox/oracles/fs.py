@@ -387,15 +387,16 @@ class FsProbe:
         watch = self._watch
         out: list[tuple[str, Change]] = []
         late: list[tuple[str, Change]] = []
-        if self._beside is not None:
-            self._beside.drain()  # what the kernel queued up to now, for the trees beside
+        # What the kernel queued up to now for the directories beside the root: only the
+        # ones it names are looked at (there can be hundreds).
+        touched = self._beside.drain() if self._beside is not None else set()
         for i, (tree, hints) in enumerate(self._trees):
             if i in self._at_end:
                 if full:
                     if hints is not None:
                         hints.take()
                     late.extend(tree.effects(self._full(tree)))
-                elif hints is not None:
+                elif hints is not None and hints in touched:
                     paths, dirs, everything = hints.take()
                     if everything:
                         out.extend(tree.effects(self._full(tree)))
