@@ -275,12 +275,15 @@ class EpisodeRecorder:
                 with anyio.CancelScope(shield=True):
                     await self._abandon_windows(call_id)
             raise
-        try:
-            step = await self._finish_step(call_id, step, finalize)
-            shown = self._uncapped.get(call_id, step.shown)
-        finally:
-            self._uncapped.pop(call_id, None)
-        await self._write(step)
+        # The call ran: its step is recorded even if the caller is cancelled meanwhile
+        # (the cancellation then reaches it at its next checkpoint).
+        with anyio.CancelScope(shield=True):
+            try:
+                step = await self._finish_step(call_id, step, finalize)
+                shown = self._uncapped.get(call_id, step.shown)
+            finally:
+                self._uncapped.pop(call_id, None)
+            await self._write(step)
         return ToolResult(
             value=shown_value(shown),
             content=shown.content,
@@ -765,7 +768,7 @@ class Sandbox:
 
     def _header(
         self,
-        episode_id: str | None,
+        episode_id: str,
         case_id: str,
         suite: str | None,
         agent: str | None,
@@ -774,7 +777,7 @@ class Sandbox:
         """An episode's header: who records, the tools' modes, how each probe watches."""
         return EpisodeHeader(
             v=SCHEMA_VERSION,
-            episode_id=episode_id or uuid.uuid4().hex,
+            episode_id=episode_id,
             case_id=case_id,
             suite=suite,
             agent=agent,
@@ -814,19 +817,27 @@ class Sandbox:
         if self._cassette is not None:
             session, sources = self._cassette.session(case_id, self.policy.replay_options)
             header_meta.setdefault(META_KEY, {"sources": list(sources)})
-        async with self._probes_lock:
-            if not self._active:
-                # Probes watch one world: they start with the first of concurrent episodes
-                # (before the header, which says how each watches).
-                for probe in self.probes:
-                    await probe.start()
-            self._active += 1
+        # Taken now, before anything yields: two episodes of one id would make the stream
+        # unreadable.
+        eid = episode_id or uuid.uuid4().hex
+        self._episode_ids.add(eid)
         try:
-            header = self._header(episode_id, case_id, suite, agent, header_meta)
-            self._episode_ids.add(header.episode_id)
+            async with self._probes_lock:
+                if not self._active:
+                    # Probes watch one world: they start with the first of concurrent
+                    # episodes (before the header, which says how each watches).
+                    for probe in self.probes:
+                        await probe.start()
+                self._active += 1
+        except BaseException:
+            self._episode_ids.discard(eid)
+            raise
+        try:
+            header = self._header(eid, case_id, suite, agent, header_meta)
             await self._write(header)
         except BaseException:
             self._active -= 1
+            self._episode_ids.discard(eid)
             raise
         ep = EpisodeRecorder(self, header)
         ep._replay, ep._replay_sources = session, sources

@@ -312,3 +312,63 @@ async def test_arguments_json_cannot_hold_keep_the_step_and_its_effects(tmp_path
     assert [(e.op, e.path) for e in odd.effects.fs] == [("created", "written.txt")]
     assert plain.args == {"n": 2}
     assert "args_repr_only" not in plain.meta
+
+
+async def test_a_call_cancelled_after_it_ran_still_records_its_step(tmp_path: Path) -> None:
+    """Cancelled while its probes observe the end (an fs rescan), the call that ran is
+    recorded as it ended; the cancellation goes on."""
+    from litmus_sandbox import Effects
+
+    class SlowProbe:
+        name = "slow"
+
+        async def start(self) -> None:
+            pass
+
+        async def close(self) -> None:
+            pass
+
+        async def before_call(self, call_id: str) -> None:
+            pass
+
+        async def after_call(self, call_id: str) -> Effects:
+            await anyio.sleep(0.3)
+            return Effects()
+
+        async def finish(self) -> Effects:
+            return Effects()
+
+    async def runner(_tool: str, _args: Any) -> str:
+        return "answered"
+
+    sb = Sandbox(root=tmp_path / "r", episodes=tmp_path / "e.jsonl", probes=[SlowProbe()])
+    async with sb, sb.episode("c") as ep:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ep.call_with, runner, "t", {})
+                await anyio.sleep(0.1)  # the runner has returned; the probe is observing
+                scope.cancel()
+    (step,) = tool_steps(tmp_path / "e.jsonl")["c"]
+    assert step.actual is None
+    assert step.shown.text() == "answered"
+
+
+async def test_two_episodes_of_one_id_at_once_are_refused(tmp_path: Path) -> None:
+    sandbox = Sandbox(root=tmp_path / "root", episodes=tmp_path / "eps.jsonl", egress=False)
+    outcomes: list[str] = []
+
+    async def one(name: str) -> None:
+        try:
+            async with sandbox.episode("c", episode_id="same-id") as ep:
+                ep.message("user", name)
+                await anyio.sleep(0.2)
+            outcomes.append("recorded")
+        except ConfigError:
+            outcomes.append("refused")
+
+    async with sandbox, anyio.create_task_group() as tg:
+        tg.start_soon(one, "a")
+        tg.start_soon(one, "b")
+    assert sorted(outcomes) == ["recorded", "refused"]
+    (episode,) = read_episodes([tmp_path / "eps.jsonl"])  # readable: one header
+    assert episode.complete

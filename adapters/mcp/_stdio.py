@@ -809,17 +809,7 @@ class _Session:
             self._slot.abort(detail)
             print(f"litmus-sandbox: {detail}", file=sys.stderr)
         elif pending:
-            # The client left without its answers and the server was stopped: those calls
-            # were interrupted (nobody saw them end), and the run is not a complete one.
-            detail = f"the client hung up with {pending} requests unanswered"
-            self._slot.abort(detail)
-            print(f"litmus-sandbox: {detail}", file=sys.stderr)
-            for _, scope in self._calls.values():
-                scope.cancel()
-            self._waiters.clear()  # their calls are cancelled: not failed
-            while self._inline:
-                _, inline = self._inline.popitem()
-                inline.record(inline.call.interrupted)
+            self._hung_up_on_pending()
         for waiter in self._waiters.values():
             waiter.fail(self._gone_reason)
         self._waiters.clear()
@@ -837,6 +827,24 @@ class _Session:
         if crashed:
             with anyio.move_on_after(1):
                 await self._client_out.aclose()  # the client sees the end too
+
+    def _hung_up_on_pending(self) -> None:
+        """The client left without its answers and the server was stopped: the calls still
+        waiting for theirs were interrupted (nobody saw them end), and the run is not a
+        complete one. A call already answered finishes its step as it is."""
+        unanswered = [key for key in self._calls if key in self._waiters]
+        n = len(unanswered) + len(self._inline) + len(self._requests)
+        if not n:
+            return  # only the proxy's own requests were waiting
+        detail = f"the client hung up with {n} requests unanswered"
+        self._slot.abort(detail)
+        print(f"litmus-sandbox: {detail}", file=sys.stderr)
+        for key in unanswered:
+            self._calls[key][1].cancel()
+            del self._waiters[key]  # cancelled: not failed
+        while self._inline:
+            _, inline = self._inline.popitem()
+            inline.record(inline.call.interrupted)
 
     async def _reap(self) -> int:
         return await _stop(self._process, self._proxy.grace)
