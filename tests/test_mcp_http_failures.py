@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,9 @@ from litmus_sandbox import Policy, read_episodes
 pytestmark = pytest.mark.anyio
 
 RELEASE = threading.Event()
+#: Methods answered on an event stream the server keeps open: prompts/list plainly,
+#: prompts/get gzip-encoded; completion/complete sends half an event and stalls.
+_STREAMS = ("prompts/list", "prompts/get", "completion/complete")
 
 
 class _Upstream(BaseHTTPRequestHandler):
@@ -36,7 +40,14 @@ class _Upstream(BaseHTTPRequestHandler):
             self.end_headers()
             return
         name = body.get("params", {}).get("name")
-        if name == "hang" or body.get("method") == "resources/read":
+        method = body.get("method")
+        if method in _STREAMS:
+            self._stream(body["id"], method)
+            return
+        if method == "resources/list":  # a large answer, sent at once
+            self._json({"jsonrpc": "2.0", "id": body["id"], "result": {"blob": "b" * 2_000_000}})
+            return
+        if name == "hang" or method == "resources/read":
             RELEASE.wait(10)
             return
         if name == "crash":  # the server dies mid-call: the connection goes, no answer
@@ -86,6 +97,32 @@ class _Upstream(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+    def _json(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, rid: Any, method: str) -> None:
+        """An event stream that answers and stays open, plain or gzip; or half an event."""
+        gzip = method == "prompts/get"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        if gzip:
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        squeeze = zlib.compressobj(wbits=31)
+        answer = {"jsonrpc": "2.0", "id": rid, "result": {"prompts": []}}
+        event = f"event: message\ndata: {json.dumps(answer)}\n\n".encode()
+        if method == "completion/complete":
+            event = event[: len(event) // 2]  # half an event, then nothing
+        self._chunk(squeeze.compress(event) + squeeze.flush(zlib.Z_SYNC_FLUSH) if gzip else event)
+        RELEASE.wait(10)  # the stream stays open
+        self.close_connection = True
 
     def log_message(self, *args: Any) -> None:
         return None
@@ -467,3 +504,47 @@ async def test_sigterm_to_the_http_proxy_exits_130_with_the_episode_aborted(
     episode = one_episode(tmp_path / "eps.jsonl")
     assert episode.end is not None
     assert episode.end.reason == "the proxy was stopped by SIGTERM"
+
+
+async def test_the_deadline_counts_waiting_for_the_server_never_writing_to_the_client(
+    tmp_path: Path, upstream: str
+) -> None:
+    """Answers that came in time are never cut or followed by an error: a large JSON
+    answer read slowly by the client, an answer on a stream the server keeps open (plain
+    or gzip). Half an event, then nothing: the connection is dropped, never glued to."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5)
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            body = bytearray()
+            req = request(1, "resources/list")
+            async with client.stream("POST", "/mcp", json=req, headers=accept) as response:
+                async for chunk in response.aiter_raw(65536):
+                    body += chunk
+                    await anyio.sleep(0.03)  # a slow reader: well past the deadline
+            assert json.loads(body)["result"]["blob"] == "b" * 2_000_000
+            for rid, method in ((2, "prompts/list"), (3, "prompts/get")):
+                seen = b""
+                async with client.stream(
+                    "POST", "/mcp", json=request(rid, method), headers=accept
+                ) as response:
+                    with anyio.move_on_after(1.5):  # three deadlines long
+                        async for chunk in response.aiter_bytes():  # gzip decoded
+                            seen += chunk
+                (answer,) = events(seen)  # the answer, and nothing glued after it
+                assert (answer["id"], answer["result"]) == (rid, {"prompts": []})
+
+            async def read_half_event() -> None:
+                req = request(4, "completion/complete")
+                async with client.stream("POST", "/mcp", json=req, headers=accept) as response:
+                    with anyio.fail_after(5):
+                        async for _ in response.aiter_bytes():
+                            pass
+
+            with pytest.raises(httpx.HTTPError):
+                await read_half_event()
+        RELEASE.set()
+        proxy.stop()

@@ -1075,3 +1075,22 @@ async def test_what_is_checked_at_the_end_is_the_finishing_episodes_never_an_ope
     assert found["a"][1] == [f"{neighbours[3]}/pwn.txt"]
     assert [f.path for f in found["b"][0] if mine(base, f.path)] == []
     assert found["b"][1] == []
+
+
+async def test_mark_all_dirty_rescans_the_directories_beside_the_root_too(base: Path) -> None:
+    """An overflow said some other way (mark_all_dirty): events inotify had queued and
+    that were lost do not hide a change beside the root."""
+    crowd, root, neighbours = _crowded(base, 20)
+    probe = FsProbe(root, tripwires=[crowd])
+    await probe.start()
+    try:
+        assert probe.describe()["beside_root"]["watched"] == "at each call"
+        await probe.before_call("c1")
+        (neighbours[5] / "lost.txt").write_bytes(b"x")
+        assert probe._beside is not None
+        probe._beside.drain()  # the events go, as in an overflow
+        probe.mark_all_dirty()
+        effects = (await probe.after_call("c1")).fs
+    finally:
+        await probe.close()
+    assert [(e.path, e.op) for e in effects] == [(f"{neighbours[5]}/lost.txt", "created")]

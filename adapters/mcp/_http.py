@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -63,6 +63,8 @@ from ._jsonrpc import (
 )
 from ._schema import listed_schemas, output_schemas
 from ._sse import SseSplitter, encode_event, event_data
+
+T = TypeVar("T")
 
 PathLike = str | os.PathLike[str]
 
@@ -157,9 +159,8 @@ class HttpProxy:
         self._stopping = anyio.Event()
         #: Why the proxy was stopped early (a signal), or None.
         self.stop_reason: str | None = None
-        #: Relayed requests waiting for the server's answer: the scope each waits in, and
-        #: an event set once the client has its answer.
-        self._waiting: dict[anyio.CancelScope, anyio.Event] = {}
+        #: Relayed requests waiting for the server's answer.
+        self._waiting: set[_Waiting] = set()
         #: In-flight recorded calls by (episode key, request id key), for cancellation.
         self.calls: dict[tuple[str, Any], HttpToolCall] = {}
         #: Tools' output schemas, learnt from the tools/list answers relayed.
@@ -227,14 +228,14 @@ class HttpProxy:
             for call in running:
                 call.state.stopped = reason  # its reply says why (see CallState.finalize)
                 call.scope.cancel()
-            waiting = list(self._waiting.items())
-            for relayed, _ in waiting:
-                relayed.cancel()  # each answers its client (see relay)
+            waiting = [wait for wait in self._waiting if not wait.done.is_set()]
+            for wait in waiting:
+                wait.stop()  # each answers its client (see relay)
             with anyio.move_on_after(5):
                 for call in running:
                     await call.finished.wait()
-                for _, answered in waiting:
-                    await answered.wait()
+                for wait in waiting:
+                    await wait.done.wait()
         scope.cancel()
 
     # ------------------------------------------------------------ episodes
@@ -435,30 +436,36 @@ class HttpProxy:
     ) -> None:
         """Forward one request and stream its response back, bytes untouched.
 
-        A JSON-RPC request waits for its answer at most ``timeout`` seconds (its JSON body,
-        or the event answering it on a stream): past that, the client gets ``-32001``,
-        the server ``notifications/cancelled``, and the episode ends aborted, as over
-        stdio. A stop with a reason answers it ``-32000``.
+        A JSON-RPC request waits for its answer at most ``timeout`` seconds: for the
+        server's JSON answer, or for the event answering it on a stream (the rest of that
+        stream is the server's to keep open). Only waiting for the server counts, never
+        writing to the client. Past that, the client gets ``-32001``, the server
+        ``notifications/cancelled``, and the episode ends aborted, as over stdio; a stop
+        with a reason answers ``-32000``.
         """
-        rid = msg.id if msg is not None and msg.kind == "request" else None
+        wait = None
+        if msg is not None and msg.kind == "request":
+            deadline = math.inf if self.timeout is None else anyio.current_time() + self.timeout
+            wait = _Waiting(deadline)
+            self._waiting.add(wait)
         request = self.client.build_request(method, url, headers=headers, content=body)
-        waiting, answered = anyio.CancelScope(), anyio.Event()
-        if rid is not None and msg is not None:
-            if self.timeout is not None:
-                waiting.deadline = anyio.current_time() + self.timeout
-            self._waiting[waiting] = answered
         try:
-            with waiting:
-                await self._relay(down, request, headers, msg, waiting)
-            # (A request answered on a stream has left _waiting: its stream may be cut.)
-            if waiting.cancelled_caught and waiting in self._waiting and msg is not None:
-                await self._unanswered(down, url, headers, msg)
+            await self._relay(down, request, headers, msg, wait)
+        except _Unanswered as unanswered:
+            assert msg is not None
+            await self._unanswered(down, url, headers, msg, unanswered.mid_event)
         finally:
-            self._waiting.pop(waiting, None)
-            answered.set()
+            if wait is not None:
+                self._waiting.discard(wait)
+                wait.done.set()
 
     async def _unanswered(
-        self, down: Downstream, url: str, headers: list[tuple[bytes, bytes]], msg: Message
+        self,
+        down: Downstream,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        msg: Message,
+        mid_event: bool,
     ) -> None:
         """A relayed request the server left unanswered: stopped early, or timed out."""
         if self.stop_reason is not None:
@@ -466,15 +473,19 @@ class HttpProxy:
         else:
             reason = f"{msg.method} got no answer within {self.timeout:g}s (server hung?)"
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
-            if (slot := self._slots.get(self.key_for(headers, msg))) is not None:
-                slot.abort(reason)
-            if msg.method != "initialize":  # initialize cannot be cancelled
+            if msg.method != "initialize":  # no session yet; and it cannot be cancelled
+                if (slot := self._slots.get(self.key_for(headers, msg))) is not None:
+                    slot.abort(reason)
                 with anyio.move_on_after(2):
                     try:
                         sent = cancelled_message(msg.id, reason)
                         await (await self.client.post(url, headers=headers, content=sent)).aclose()
                     except httpx.HTTPError:
                         pass
+        if mid_event:
+            # Half an event (or an encoded stream) went out: nothing more can be said on
+            # it; the connection is dropped, which the client sees as the end.
+            raise anyio.BrokenResourceError("no answer can follow half an event")
         with anyio.move_on_after(2, shield=True):
             if down.started:
                 await down.body(encode_event(reply))
@@ -488,11 +499,12 @@ class HttpProxy:
         request: httpx.Request,
         headers: list[tuple[bytes, bytes]],
         msg: Message | None,
-        waiting: anyio.CancelScope,
+        wait: _Waiting | None,
     ) -> None:
         rid = msg.id if msg is not None and msg.kind == "request" else None
         try:
-            response = await self.client.send(request, stream=True)
+            sending = self.client.send(request, stream=True)
+            response = await (wait.upstream(sending) if wait is not None else sending)
         except httpx.HTTPError as exc:
             text = f"litmus-sandbox: the MCP server is unreachable: {exc}"
             await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
@@ -504,42 +516,124 @@ class HttpProxy:
                 sid = response.headers.get("mcp-session-id")
                 key = f"session:{sid}" if sid is not None else self.key_for(headers, msg)
                 self.offer(self.slot(key), msg)
-            await down.start(
-                response.status_code,
-                forwardable(response.headers.raw),
-                response.reason_phrase.encode("latin-1"),
-            )
+            ctype = response.headers.get("content-type", "")
+            encoding = response.headers.get("content-encoding", "identity")
+            status = response.status_code
+            out_headers = forwardable(response.headers.raw)
+            reason = response.reason_phrase.encode("latin-1")
             listing = msg is not None and msg.method == "tools/list" and response.is_success
             seen = bytearray()
-            # On a stream, the request is answered by one of its events: once it has gone
-            # by, the rest of the stream is the server's to keep open (no deadline).
-            events = (
-                SseSplitter()
-                if rid is not None
-                and response.headers.get("content-type", "").startswith("text/event-stream")
-                else None
-            )
-            try:
-                async for chunk in response.aiter_raw():
-                    await down.body(chunk)
-                    if listing and len(seen) < _MAX_LISTING:
-                        seen += chunk
-                    if events is not None and any(
-                        _answers(event, rid) for event in events.feed(chunk)
-                    ):
-                        events = None
-                        waiting.deadline = math.inf
-                        self._waiting.pop(waiting, None)
-            except httpx.HTTPError:
-                pass  # the server dropped the stream: end ours where it ended
+            if wait is not None and not ctype.startswith("text/event-stream"):
+                # One JSON answer: read it whole from the server (bounded), then pass it on.
+                raw = await wait.upstream(_read_raw(response))
+                wait = None
+                await down.start(status, out_headers, reason)
+                await down.body(raw)
+                seen += raw[:_MAX_LISTING]
+            else:
+                await down.start(status, out_headers, reason)
+                # On a stream, the request is answered by one of its events; an encoding
+                # this proxy cannot read hides them: then the headers count as the answer.
+                events = _EventWatch.of(encoding) if wait is not None else None
+                if events is None:
+                    wait = None
+                chunks = response.aiter_raw().__aiter__()
+                try:
+                    while True:
+                        try:
+                            following = anext(chunks)
+                            chunk = await (wait.upstream(following) if wait else following)
+                        except StopAsyncIteration:
+                            break
+                        except _Unanswered as unanswered:
+                            unanswered.mid_event = events is None or events.mid_event
+                            raise
+                        await down.body(chunk)
+                        if listing and len(seen) < _MAX_LISTING:
+                            seen += chunk
+                        if wait is not None and events is not None and events.answered(chunk, rid):
+                            wait.done.set()  # the client has its answer: a stop need not wait
+                            events, wait = None, None  # the rest is the server's to keep open
+                except httpx.HTTPError:
+                    pass  # the server dropped the stream: end ours where it ended
             await down.end()
             if listing and msg is not None and len(seen) < _MAX_LISTING:
                 plain = _decoded(bytes(seen), response.headers.get("content-encoding"))
                 if plain is not None:
-                    ctype = response.headers.get("content-type", "")
                     result = listing_result(plain, ctype, msg.id)
                     self.output_schemas.update(output_schemas(result))
                     self.listed = True
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+
+async def _read_raw(response: httpx.Response) -> bytes:
+    return b"".join([chunk async for chunk in response.aiter_raw()])
+
+
+class _Unanswered(Exception):
+    """A relayed request's wait for the server ended (its deadline, or a stop)."""
+
+    def __init__(self) -> None:
+        super().__init__("no answer")
+        #: Whether part of an event (or of an encoded stream) already went to the client.
+        self.mid_event = False
+
+
+class _Waiting:
+    """A relayed request waiting for its answer. Only its waits for the server are
+    bounded (by ``deadline``) and cut by a stop, never its writes to the client."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._scope: anyio.CancelScope | None = None
+        self._stopped = False
+        #: Set once the relay is over (the client has its answer, or an error).
+        self.done = anyio.Event()
+
+    async def upstream(self, awaitable: Awaitable[T]) -> T:
+        """``await awaitable``, within the deadline. Raises _Unanswered past it or on stop."""
+        with anyio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            if self._stopped:
+                scope.cancel()
+            try:
+                return await awaitable
+            finally:
+                self._scope = None
+        raise _Unanswered
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+
+class _EventWatch:
+    """Finds the event answering a request in a stream as it is relayed."""
+
+    def __init__(self, decode: Callable[[bytes], bytes]) -> None:
+        self._decode = decode
+        self._splitter = SseSplitter()
+
+    @classmethod
+    def of(cls, encoding: str) -> _EventWatch | None:
+        """For a stream sent with ``encoding`` (None: one this proxy cannot read)."""
+        if encoding in ("identity", ""):
+            return cls(lambda chunk: chunk)
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
+            return cls(inflate.decompress)
+        return None
+
+    @property
+    def mid_event(self) -> bool:
+        return bool(self._splitter.rest())
+
+    def answered(self, chunk: bytes, request_id: Any) -> bool:
+        try:
+            plain = self._decode(chunk)
+        except zlib.error:
+            return True  # unreadable after all: stop waiting rather than cut it
+        return any(_answers(event, request_id) for event in self._splitter.feed(plain))

@@ -167,7 +167,7 @@ class HttpToolCall:
         try:
             response = await proxy.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            state.forwarded = not isinstance(exc, httpx.ConnectError)
+            state.forwarded = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
             state.failure = f"the MCP server is unreachable: {exc}"
             raise UpstreamGone(state.failure) from exc
         self._response = response

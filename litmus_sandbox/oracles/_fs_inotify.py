@@ -78,8 +78,10 @@ class InotifyTops:
             wd = libc.inotify_add_watch(fd, os.fsencode(hints.top), _MASK)
             if wd < 0:
                 err = ctypes.get_errno()
-                if err in (errno.ENOENT, errno.ENOTDIR):
-                    continue  # gone since it was listed: nothing to watch there
+                if err in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                    # Gone since it was listed, or not ours to read (another user's
+                    # private folder): nothing of ours can land there unseen by the rest.
+                    continue
                 os.close(fd)  # the watch limit, or a refusal: check at the end instead
                 return None
             watches[wd] = hints

@@ -174,6 +174,7 @@ class FsProbe:
         #: by ``_beside`` (one inotify descriptor), else compared only when finishing.
         self._at_end: set[int] = set()
         self._beside: InotifyTops | None = None
+        self._beside_dirty = False
         self._watch: Watch | None = None
         self._degraded: str | None = None
         self._windows: dict[str, dict[str, Change]] = {}
@@ -221,6 +222,7 @@ class FsProbe:
 
         Called when watchdog reports lost events; safe from any thread.
         """
+        self._beside_dirty = True
         if self._watch is not None:
             self._watch.trouble("mark_all_dirty()")
         for _, hints in self._trees:
@@ -390,6 +392,9 @@ class FsProbe:
         # What the kernel queued up to now for the directories beside the root: only the
         # ones it names are looked at (there can be hundreds).
         touched = self._beside.drain() if self._beside is not None else set()
+        if self._beside_dirty:  # mark_all_dirty: every tree beside is rescanned too
+            self._beside_dirty = False
+            touched = {h for i, (_, h) in enumerate(self._trees) if i in self._at_end and h}
         for i, (tree, hints) in enumerate(self._trees):
             if i in self._at_end:
                 if full:
