@@ -7,7 +7,8 @@ import json
 import socket
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,23 @@ def upstream() -> Iterator[str]:
         httpd.server_close()
 
 
+@asynccontextmanager
+async def proxied(
+    tmp_path: Path, upstream: str, limit: float
+) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """The HTTP proxy in front of ``upstream`` (``limit``: its --timeout), and a client of
+    it; stopped at the end."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=limit)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield proxy, client
+        RELEASE.set()
+        proxy.stop()
+
+
 def call(rid: int, name: str) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",
@@ -159,18 +177,12 @@ def call(rid: int, name: str) -> dict[str, Any]:
 async def test_hang_and_crash_get_json_rpc_errors_and_are_recorded(
     tmp_path: Path, upstream: str
 ) -> None:
-    from litmus_sandbox.adapters.mcp import HttpProxy
-
-    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5)
     headers = {"Accept": "application/json, text/event-stream"}
-    async with anyio.create_task_group() as tg:
-        port = await tg.start(proxy.serve, "127.0.0.1", 0)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            ok = (await client.post("/mcp", json=call(1, "echo"), headers=headers)).json()
-            with anyio.fail_after(5):  # the proxy never hangs the client
-                hung = (await client.post("/mcp", json=call(2, "hang"), headers=headers)).json()
-                crashed = (await client.post("/mcp", json=call(3, "crash"), headers=headers)).json()
-        proxy.stop()
+    async with proxied(tmp_path, upstream, 0.5) as (_, client):
+        ok = (await client.post("/mcp", json=call(1, "echo"), headers=headers)).json()
+        with anyio.fail_after(5):  # the proxy never hangs the client
+            hung = (await client.post("/mcp", json=call(2, "hang"), headers=headers)).json()
+            crashed = (await client.post("/mcp", json=call(3, "crash"), headers=headers)).json()
     assert ok["result"]["content"][0]["text"] == "ok"
     assert (hung["id"], hung["error"]["code"]) == (2, -32001)
     assert crashed["id"] == 3
@@ -408,17 +420,11 @@ async def test_any_request_the_server_leaves_unanswered_times_out(
     tmp_path: Path, upstream: str
 ) -> None:
     """Not only tools/call: the proxy never hangs the client, over HTTP as over stdio."""
-    from litmus_sandbox.adapters.mcp import HttpProxy
-
-    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5)
     headers = {"Accept": "application/json, text/event-stream"}
-    async with anyio.create_task_group() as tg:
-        port = await tg.start(proxy.serve, "127.0.0.1", 0)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            ok = (await client.post("/mcp", json=call(1, "echo"), headers=headers)).json()
-            with anyio.fail_after(5):
-                hung = (await client.post("/mcp", json=request(2, "resources/read"))).json()
-        proxy.stop()
+    async with proxied(tmp_path, upstream, 0.5) as (_, client):
+        ok = (await client.post("/mcp", json=call(1, "echo"), headers=headers)).json()
+        with anyio.fail_after(5):
+            hung = (await client.post("/mcp", json=request(2, "resources/read"))).json()
     assert ok["result"]["content"][0]["text"] == "ok"
     assert (hung["id"], hung["error"]["code"]) == (2, -32001)
     assert "resources/read got no answer within 0.5s" in hung["error"]["message"]
