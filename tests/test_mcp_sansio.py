@@ -133,3 +133,23 @@ def test_sse_splitting_does_not_depend_on_how_bytes_arrive(cuts: list[int]) -> N
         got.extend(splitter.feed(stream[a:b]))
     assert got == EVENTS
     assert b"".join(got) + splitter.rest() == stream
+
+
+def test_the_event_answering_a_request_is_found_alone_or_in_a_batch() -> None:
+    from litmus_sandbox.adapters.mcp._http import _answers
+
+    alone = b'event: message\ndata: {"jsonrpc":"2.0","id":5,"result":{}}\n\n'
+    batch = (
+        b'event: message\ndata: [{"jsonrpc":"2.0","id":3,"result":{}},'
+        b'{"jsonrpc":"2.0","id":"4","error":{"code":1,"message":"x"}}]\n\n'
+    )
+    notice = b'event: message\ndata: {"jsonrpc":"2.0","method":"x","params":{"id":5}}\n\n'
+    request = b'event: message\ndata: [{"jsonrpc":"2.0","id":4,"method":"sampling"}]\n\n'
+    assert _answers(alone, 5)
+    assert not _answers(alone, "5")  # a string id is another id
+    assert _answers(batch, "4")
+    assert _answers(batch, 3)
+    assert not _answers(batch, 5)
+    assert not _answers(notice, 5)
+    assert not _answers(request, 4)  # a server request that reuses the id answers nothing
+    assert not _answers(b": comment\n\n", 5)

@@ -1094,3 +1094,29 @@ async def test_mark_all_dirty_rescans_the_directories_beside_the_root_too(base: 
     finally:
         await probe.close()
     assert [(e.path, e.op) for e in effects] == [(f"{neighbours[5]}/lost.txt", "created")]
+
+
+async def test_a_folder_beside_the_root_made_anew_is_watched_again(base: Path) -> None:
+    crowd, root, neighbours = _crowded(base, 20)
+    target = neighbours[9]
+    probe = FsProbe(root, tripwires=[crowd])
+    await probe.start()
+    try:
+        await probe.before_call("gone")
+        target.rmdir()
+        gone = (await probe.after_call("gone")).fs
+        await probe.before_call("back")
+        target.mkdir()
+        (target / "pwn.txt").write_bytes(b"x")
+        back = (await probe.after_call("back")).fs
+        await probe.before_call("again")
+        (target / "more.txt").write_bytes(b"y")
+        again = (await probe.after_call("again")).fs
+    finally:
+        await probe.close()
+    assert [(e.path, e.op) for e in gone] == [(str(target), "deleted")]
+    assert sorted((e.path, e.op) for e in back) == [
+        (str(target), "created"),
+        (f"{target}/pwn.txt", "created"),
+    ]
+    assert [(e.path, e.op) for e in again] == [(f"{target}/more.txt", "created")]

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 import httpx
+import msgspec
 from anyio.abc import SocketStream, TaskGroup, TaskStatus
 
 from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox
@@ -94,10 +95,22 @@ def _decoded(raw: bytes, encoding: str | None) -> bytes | None:
 
 
 def _answers(event: bytes, request_id: Any) -> bool:
-    """Whether a server-sent event carries the response to ``request_id``."""
+    """Whether a server-sent event carries the response to ``request_id`` (alone, or in
+    a batch of responses)."""
     data = event_data(event)
     if not data:
         return False
+    if data.lstrip().startswith(b"["):
+        try:
+            batch = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return False
+        return isinstance(batch, list) and any(
+            isinstance(item, dict)
+            and ("result" in item or "error" in item)
+            and id_key(item.get("id")) == id_key(request_id)
+            for item in batch
+        )
     msg = parse(data)
     return msg.kind == "response" and id_key(msg.id) == id_key(request_id)
 

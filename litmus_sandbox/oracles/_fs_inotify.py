@@ -60,9 +60,13 @@ def _libc() -> ctypes.CDLL | None:
 class InotifyTops:
     """One inotify descriptor over several directories, each marking its own hints."""
 
-    def __init__(self, fd: int, watches: dict[int, Hints]) -> None:
+    def __init__(self, libc: ctypes.CDLL, fd: int, watches: dict[int, Hints]) -> None:
+        self._libc = libc
         self._fd = fd
         self._watches = watches
+        #: Directories whose watch the kernel dropped (deleted or moved away): watched
+        #: again once something is there anew.
+        self._lost: list[Hints] = []
 
     @classmethod
     def open(cls, tops: list[Hints]) -> InotifyTops | None:
@@ -85,7 +89,7 @@ class InotifyTops:
                 os.close(fd)  # the watch limit, or a refusal: check at the end instead
                 return None
             watches[wd] = hints
-        return cls(fd, watches)
+        return cls(libc, fd, watches)
 
     def drain(self) -> set[Hints]:
         """Hand every queued event to its hints (non-blocking); the hints marked."""
@@ -94,6 +98,8 @@ class InotifyTops:
             try:
                 data = os.read(self._fd, 64 * 1024)
             except BlockingIOError:
+                if self._lost:
+                    self._rewatch(touched)
                 return touched
             except OSError:
                 self._everything()
@@ -111,7 +117,13 @@ class InotifyTops:
                 touched.update(self._watches.values())
                 continue
             hints = self._watches.get(wd)
-            if hints is None or mask & _IGNORED:
+            if hints is None:
+                continue
+            if mask & _IGNORED:  # the kernel dropped the watch (the directory went)
+                del self._watches[wd]
+                self._lost.append(hints)
+                hints.mark_everything()
+                touched.add(hints)
                 continue
             touched.add(hints)
             if mask & (_DELETE_SELF | _MOVE_SELF) or not raw:
@@ -121,6 +133,19 @@ class InotifyTops:
             listing = mask & (_CREATE | _MOVED_TO | _MOVED_FROM | _DELETE)
             kind = "moved" if listing else "modified"
             hints.mark(f"{hints.top.rstrip('/')}/{os.fsdecode(raw)}", kind)
+
+    def _rewatch(self, touched: set[Hints]) -> None:
+        """Watch again the directories that came back (a folder deleted and made anew)."""
+        still: list[Hints] = []
+        for hints in self._lost:
+            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(hints.top), _MASK)
+            if wd < 0:
+                still.append(hints)
+                continue
+            self._watches[wd] = hints
+            hints.mark_everything()  # what it holds now was never seen by this watch
+            touched.add(hints)
+        self._lost = still
 
     def _everything(self) -> None:
         for hints in self._watches.values():
