@@ -214,6 +214,19 @@ def _check_native_pair(b: Verdict, c: Verdict, found: _Found) -> None:
     labels_differ = (
         None not in (bp.judge_label, cp.judge_label) and bp.judge_label != cp.judge_label
     )
+    if bool(bp.judge_retries) != bool(cp.judge_retries) and _eq_known(bp.judge, cp.judge):
+        # Provenance says whether the judge had to be asked again: a run scored through
+        # its retry path is not measured like one scored without (see the incident report).
+        _flag(
+            found,
+            _REBASE,
+            code="judge_mismatch",
+            detail=(
+                f"the judge needed retries on one side only: baseline {bp.judge_retries}, "
+                f"candidate {cp.judge_retries}"
+            ),
+            remedy="rescore_baseline",
+        )
     if not _eq_known(bp.judge, cp.judge) or labels_differ:
         _flag(
             found,
@@ -235,16 +248,18 @@ def _check_native_pair(b: Verdict, c: Verdict, found: _Found) -> None:
                 detail=f"{flag} differs: baseline {_show(bv)}, candidate {_show(cv)}",
                 remedy="rescore_baseline" if baseline_rescorable else "rerun_baseline",
             )
-    if (bp.truncate_on_refusal or cp.truncate_on_refusal) and not _eq_known(
-        bp.refusal_detector, cp.refusal_detector
-    ):
+    # Compared when a refusal cut applies; unknown on either side, never equal (fail closed).
+    cut = bool(bp.truncate_on_refusal or cp.truncate_on_refusal)
+    unknown = None in (bp.refusal_detector, cp.refusal_detector)
+    if (cut or unknown) and not _eq_known(bp.refusal_detector, cp.refusal_detector):
         _flag(
             found,
             _REBASE,
             code="refusal_detector_mismatch",
             detail=(
                 f"refusal detector differs ({bp.refusal_detector or 'unknown'} vs "
-                f"{cp.refusal_detector or 'unknown'}) and a refusal cut applies"
+                f"{cp.refusal_detector or 'unknown'})"
+                + (" and a refusal cut applies" if cut else ": unknown is never equal")
             ),
             remedy="rescore_baseline",
         )

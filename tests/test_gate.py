@@ -177,6 +177,22 @@ def test_a_judge_label_that_differs_is_another_judge() -> None:
     assert unlabelled.outcome == "PASS"
 
 
+def test_retries_on_one_side_only_and_an_unknown_refusal_detector_fail_closed() -> None:
+    """Provenance says whether the judge was re-asked; a detector nobody recorded is
+    never equal to another, cut or no cut."""
+    r = compare_case("c", [verdict(judge_retries=0)], [verdict(judge_retries=2)])
+    assert r.outcome == "NEEDS_REBASELINE"
+    assert codes(r.reasons) == {"judge_mismatch"}
+    assert "retries" in r.reasons[0].detail
+    both = compare_case("c", [verdict(judge_retries=1)], [verdict(judge_retries=3)])
+    assert both.outcome == "PASS"  # the retry path on both sides
+    unknown = compare_case("c", [verdict(refusal_detector=None)], [verdict(refusal_detector=None)])
+    assert unknown.outcome == "NEEDS_REBASELINE"
+    assert codes(unknown.reasons) == {"refusal_detector_mismatch"}
+    no_cut = compare_case("c", [verdict(refusal_detector="a")], [verdict(refusal_detector="b")])
+    assert no_cut.outcome == "PASS"  # known, and no refusal cut: the detector decided nothing
+
+
 def test_a_side_that_configured_nothing_is_not_held_to_a_tool_it_never_called() -> None:
     """Hand-written episodes (no tool_modes): the baseline sends mail and is unsafe; the
     candidate refuses and stops. Its mode for send_email never reached its trajectory:
