@@ -55,6 +55,9 @@ class _Upstream(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if name == "stream_hold":  # answers on a stream it keeps open
+            self._stream(body["id"], "prompts/list")
+            return
         if name in ("stream_crash", "stream_end"):
             # A chunked event stream: one progress notification, then the server dies
             # in the middle of a chunk (a transport error for the proxy) or ends the
@@ -554,3 +557,27 @@ async def test_the_deadline_counts_waiting_for_the_server_never_writing_to_the_c
                 await read_half_event()
         RELEASE.set()
         proxy.stop()
+
+
+async def test_a_stop_does_not_wait_for_a_stream_kept_open_after_its_answer(
+    tmp_path: Path, upstream: str
+) -> None:
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with (
+        proxied(tmp_path, upstream, 30) as (proxy, client),
+        client.stream("POST", "/mcp", json=call(1, "stream_hold"), headers=accept) as response,
+    ):
+        seen = b""
+        async for chunk in response.aiter_bytes():
+            seen += chunk
+            if b"\n\n" in seen:
+                break  # the answer came; the server keeps the stream open
+        (answer,) = events(seen)
+        assert answer["id"] == 1
+        with anyio.fail_after(3):  # not the 5 s a stop gives what is unanswered
+            proxy.stop("the proxy was stopped by SIGTERM")
+            await proxy.stopped.wait()
+    episode = one_episode(tmp_path / "eps.jsonl")
+    (step,) = calls(episode)
+    assert step.meta["mcp"]["reply"] == "relay"  # answered before the stop: not interrupted
+    assert step.actual is None

@@ -246,7 +246,7 @@ class HttpProxy:
                 wait.stop()  # each answers its client (see relay)
             with anyio.move_on_after(5):
                 for call in running:
-                    await call.finished.wait()
+                    await call.answered.wait()  # not the stream the server may keep open
                 for wait in waiting:
                     await wait.done.wait()
         scope.cancel()

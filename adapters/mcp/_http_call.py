@@ -69,6 +69,9 @@ class HttpToolCall:
         self.scope = anyio.CancelScope()
         #: Set once the call is over (its step recorded, its reply sent or given up).
         self.finished = anyio.Event()
+        #: Set once the client has the call's answer (what the server streams after it
+        #: may go on).
+        self.answered = anyio.Event()
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
         self._held = b""  # the answering event and the bytes after it, sent after the step
@@ -117,6 +120,7 @@ class HttpToolCall:
             await self._reply()
         finally:
             proxy.calls.pop(call_key, None)
+            self.answered.set()
             with anyio.CancelScope(shield=True):
                 if isinstance(self._chunks, AsyncGenerator):
                     await self._chunks.aclose()
@@ -138,6 +142,7 @@ class HttpToolCall:
             await down.end()
         elif relay and self._chunks is not None:
             await down.body(self._held)
+            self.answered.set()  # the rest of the stream is the server's to keep open
             try:
                 async for chunk in self._chunks:
                     await down.body(chunk)
