@@ -87,9 +87,10 @@ def _surroundings(root: str, tops: list[str]) -> list[str]:
 
 
 #: A parent with more directories than this beside the root is a shared place (a temp
-#: dir): its directories are checked at the end, not watched one by one.
+#: dir): its directories are planned ``at_end`` (see the module docstring), not given a
+#: watch and a rescan each.
 _MAX_SIBLINGS = 16
-#: At most this many directories beside the root are checked at the end.
+#: At most this many directories beside the root are planned ``at_end``.
 _MAX_CHECKED_AT_END = 1024
 
 
@@ -122,7 +123,8 @@ class Plan:
         self.top = top
         self.exclude = exclude
         self.recursive = recursive
-        #: Checked (one level deep) only when the probe finishes, never at a boundary.
+        #: One of the many directories beside the root: one level deep, watched through
+        #: the probe's one inotify descriptor, or else compared only when it finishes.
         self.at_end = at_end
 
 

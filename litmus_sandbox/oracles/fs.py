@@ -380,7 +380,8 @@ class FsProbe:
     async def _refresh_all(
         self, *, full: bool = False
     ) -> tuple[list[tuple[str, Change]], list[tuple[str, Change]]]:
-        """(changes, changes in the trees checked at the end: only when ``full``)."""
+        """(changes, changes a ``full`` refresh found in the trees planned ``at_end``:
+        the finishing episode's, never an open call's)."""
         return await anyio.to_thread.run_sync(self._refresh_sync, full, limiter=self._limiter)
 
     def _refresh_sync(
