@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import ByteReceiveStream, ByteSendStream
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from factories import LoopbackHttp
 from test_mcp_helpers import (
     PROXY,
@@ -61,6 +61,14 @@ def oracles(request: pytest.FixtureRequest) -> list[str]:
     return [] if request.param == "watched" else ["--no-watch-fs", "--no-egress"]
 
 
+async def initialized(process: Process) -> RawClient:
+    """A raw client of the proxy ``process``, past its ``initialize`` handshake."""
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv()
+    return client
+
+
 async def test_non_tool_messages_reach_each_side_byte_for_byte(tmp_path: Path) -> None:
     """initialize, a notification, ping, tools/list and junk reach each side unchanged."""
     client = RawClient(await open_proxy(tmp_path))
@@ -88,9 +96,7 @@ async def test_non_tool_messages_reach_each_side_byte_for_byte(tmp_path: Path) -
 async def test_tool_calls_are_recorded_and_their_outcomes_classified(
     tmp_path: Path, oracles: list[str]
 ) -> None:
-    client = RawClient(await open_proxy(tmp_path, "--case-id", "c1", *oracles))
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(await open_proxy(tmp_path, "--case-id", "c1", *oracles))
     replies = []
     for rid, name in enumerate(["echo", "empty", "fail", "proto"], start=1):
         await client.send(tool_call(rid, name, {"text": "hi"}))
@@ -147,9 +153,7 @@ async def test_policy_answers_stub_deny_and_swallow_without_the_server(tmp_path:
         'empty = { mode = "swallow", run = false, shown = "(nothing)" }\n'
         'proto = { mode = "swallow", shown = "" }\n'
     )
-    client = RawClient(await open_proxy(tmp_path, "--policy", str(policy)))
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(await open_proxy(tmp_path, "--policy", str(policy)))
     replies = []
     for rid, name in enumerate(["echo", "fail", "empty", "proto"], start=10):
         await client.send(tool_call(rid, name, {"text": "x"}, _meta={"progressToken": rid}))
@@ -194,9 +198,7 @@ async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(
     tmp_path: Path, oracles: list[str]
 ) -> None:
     process = await open_proxy(tmp_path, *oracles)
-    client = RawClient(process)
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(process)
     await client.send(tool_call(5, "crash"))
     error = await client.recv_json()
     assert error["id"] == 5
@@ -220,9 +222,7 @@ async def test_a_crash_mid_call_answers_the_client_and_aborts_the_episode(
 async def test_a_hung_call_times_out_and_the_session_goes_on(
     tmp_path: Path, oracles: list[str]
 ) -> None:
-    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
     with anyio.fail_after(5):
         await client.send(tool_call(1, "hang"))
         error = await client.recv_json()
@@ -301,9 +301,7 @@ async def test_any_request_the_server_leaves_unanswered_gets_an_error(
     tmp_path: Path, oracles: list[str]
 ) -> None:
     """Not only tools/call: a hung server never hangs the client's other requests."""
-    client = RawClient(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(await open_proxy(tmp_path, "--timeout", "0.5", *oracles))
     with anyio.fail_after(5):
         await client.send(request(7, "resources/read", {"uri": "file:///x"}))
         error = await client.recv_json()
@@ -366,9 +364,7 @@ async def test_a_signal_ends_the_session_with_a_reason_and_answers_what_waits(
     tmp_path: Path, oracles: list[str], signum: signal.Signals
 ) -> None:
     process = await open_proxy(tmp_path, *oracles)
-    client = RawClient(process)
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(process)
     await client.send(tool_call(1, "echo", {"text": "before"}))
     await client.recv_json()
     await client.send(tool_call(2, "stall"))
@@ -617,9 +613,7 @@ async def test_server_egress_goes_through_the_recording_proxy(
         options.append("--no-watch-fs")
     with LoopbackHttp(b"hello via proxy") as base:
         url = f"{base}/x"
-        client = RawClient(await open_proxy(tmp_path, *options))
-        await client.send(INIT)
-        await client.recv()
+        client = await initialized(await open_proxy(tmp_path, *options))
         await client.send(tool_call(1, "fetch", {"url": url}))
         reply = json.loads(await client.recv())
         await client.send(tool_call(2, "fetch", {"url": "http://denied.invalid/"}))
@@ -644,9 +638,7 @@ async def test_server_egress_is_recorded_without_a_policy(tmp_path: Path, egress
     options = ("--case-id", "c") if egress else ("--case-id", "c", "--no-egress")
     with LoopbackHttp(b"hello via proxy") as base:
         url = f"{base}/x"
-        client = RawClient(await open_proxy(tmp_path, *options))
-        await client.send(INIT)
-        await client.recv()
+        client = await initialized(await open_proxy(tmp_path, *options))
         await client.send(tool_call(1, "fetch", {"url": url}))
         reply = json.loads(await client.recv())
         assert await client.finish() == 0
@@ -668,9 +660,7 @@ async def test_a_stub_larger_than_the_cap_reaches_the_client_whole(tmp_path: Pat
     big = "z" * 300_000
     policy = tmp_path / "policy.toml"
     policy.write_text(f'[tools]\necho = {{ mode = "stub", result = "{big}" }}\n')
-    client = RawClient(await open_proxy(tmp_path, "--policy", str(policy)))
-    await client.send(INIT)
-    await client.recv()
+    client = await initialized(await open_proxy(tmp_path, "--policy", str(policy)))
     await client.send(tool_call(10, "echo", {"text": "x"}))
     reply = json.loads(await client.recv())
     assert await client.finish() == 0

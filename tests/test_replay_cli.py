@@ -177,7 +177,9 @@ def test_a_malformed_replay_log_is_bad_input(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def _replay_check(path: Path) -> subprocess.CompletedProcess[str]:
+def _replay_check(path: Path, records: list[Any]) -> subprocess.CompletedProcess[str]:
+    """Write ``records`` as a log at ``path``, then run ``replay --check`` on it."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return subprocess.run(
         [sys.executable, "-m", "litmus_sandbox._cli", "replay", "--check", path.name],
         cwd=path.parent,
@@ -185,10 +187,6 @@ def _replay_check(path: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
-
-
-def _dump(path: Path, records: list[Any]) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 async def _replayed_with_one_miss(tmp_path: Path, files: dict[str, Path]) -> list[Any]:
@@ -213,15 +211,13 @@ async def test_a_malformed_logged_divergence_is_bad_input_never_a_pass(
     ]
     records[line - 1]["meta"]["replay"]["divergence"] = "junk"
     bad = tmp_path / "bad.jsonl"
-    _dump(bad, records)
-    r = _replay_check(bad)
+    r = _replay_check(bad, records)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert f"bad.jsonl:{line}: malformed replay record: meta.replay.divergence" in r.stderr
     # The end record's replay facts of the wrong shape are named by their line too.
     records[line - 1]["meta"]["replay"].pop("divergence")
     records[-1]["meta"]["replay"]["unused"] = 5
-    _dump(bad, records)
-    r = _replay_check(bad)
+    r = _replay_check(bad, records)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert f"bad.jsonl:{len(records)}: malformed replay record" in r.stderr
 
@@ -235,8 +231,7 @@ async def test_divergences_the_end_record_counts_on_no_step_fail_the_check(
     assert records[-1]["meta"]["replay"]["divergences"] == 1
     records[-1]["meta"]["replay"]["unused"] = []
     cut = tmp_path / "cut.jsonl"
-    _dump(cut, records)
-    r = _replay_check(cut)
+    r = _replay_check(cut, records)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 divergence(s) counted by the end record on no step" in r.stdout
 
@@ -249,8 +244,7 @@ async def test_a_logged_divergence_counts_without_header_facts_or_end(
     records = await _replayed_with_one_miss(tmp_path, files)
     records[0]["meta"].pop("replay")
     cut = tmp_path / "cut.jsonl"
-    _dump(cut, records[:-1])
-    r = _replay_check(cut)
+    r = _replay_check(cut, records[:-1])
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DIVERGED" in r.stdout
 
@@ -262,7 +256,6 @@ async def test_a_malformed_header_replay_record_is_named_by_its_line(
     records[0]["meta"]["replay"]["sources"] = 5
     records[-1]["meta"]["replay"].pop("sources")
     bad = tmp_path / "bad.jsonl"
-    _dump(bad, records)
-    r = _replay_check(bad)
+    r = _replay_check(bad, records)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert "bad.jsonl:1: malformed replay record: meta.replay.sources" in r.stderr

@@ -17,6 +17,17 @@ from litmus_sandbox import ConfigError, Policy, Sandbox, Stub, ToolCallStep, rea
 pytestmark = pytest.mark.anyio
 
 
+async def overlapping(sandbox: Sandbox, gate: anyio.Event, tool: str, **each: list[Any]) -> None:
+    """One episode ``c`` calling ``tool`` once per value of the one argument in ``each``,
+    all at once; ``gate`` is set once they are all under way."""
+    ((arg, values),) = each.items()
+    async with sandbox, sandbox.episode("c") as ep, anyio.create_task_group() as tg:
+        for value in values:
+            tg.start_soon(functools.partial(ep.call, tool, **{arg: value}))
+        await anyio.sleep(0.3)
+        gate.set()
+
+
 def tool_steps(path: Path) -> dict[str, list[ToolCallStep]]:
     """case id -> its tool-call steps."""
     return {
@@ -85,11 +96,7 @@ async def test_parallel_calls_keep_their_own_egress(tmp_path: Path) -> None:
             return status
 
         sandbox.tool(fetch)
-        async with sandbox, sandbox.episode("c") as ep, anyio.create_task_group() as tg:
-            tg.start_soon(functools.partial(ep.call, "fetch", path="one"))
-            tg.start_soon(functools.partial(ep.call, "fetch", path="two"))
-            await anyio.sleep(0.3)
-            gate.set()
+        await overlapping(sandbox, gate, "fetch", path=["one", "two"])
     (episode,) = read_episodes([tmp_path / "eps.jsonl"])
     urls = {
         s.args["path"]: [e.url for e in s.effects.egress]
@@ -112,11 +119,7 @@ async def test_effects_of_overlapping_calls_are_reported_once(tmp_path: Path) ->
     sandbox = Sandbox(
         root=root, episodes=tmp_path / "eps.jsonl", tools={"make": make}, egress=False
     )
-    async with sandbox, sandbox.episode("c") as ep, anyio.create_task_group() as tg:
-        tg.start_soon(functools.partial(ep.call, "make", name="a.txt"))
-        tg.start_soon(functools.partial(ep.call, "make", name="b.txt"))
-        await anyio.sleep(0.3)
-        gate.set()
+    await overlapping(sandbox, gate, "make", name=["a.txt", "b.txt"])
     (episode,) = read_episodes([tmp_path / "eps.jsonl"])
     assert episode.end is not None
     paths = [e.path for e in episode.end.unattributed.fs]
