@@ -122,6 +122,12 @@ def content_hash(obj: Any) -> str:
     return hashlib.sha256(_canonical.encode(obj)).hexdigest()
 
 
+def cut_short(line: bytes, exc: msgspec.DecodeError) -> bool:
+    """Whether ``line``, which failed to decode with ``exc``, is the start of a JSON object
+    whose end is missing (a write cut short by a crash)."""
+    return str(exc) == "Input data was truncated" and line.lstrip().startswith(b"{")
+
+
 def _envelope(line: bytes) -> _Envelope:
     # ValidationError subclasses DecodeError: test for it first.
     try:
@@ -129,8 +135,7 @@ def _envelope(line: bytes) -> _Envelope:
     except msgspec.ValidationError:
         raise DecodeProblem("not a JSON object") from None
     except msgspec.DecodeError as exc:
-        torn = str(exc) == "Input data was truncated" and line.lstrip().startswith(b"{")
-        raise DecodeProblem(f"not valid JSON ({exc})", torn=torn) from None
+        raise DecodeProblem(f"not valid JSON ({exc})", torn=cut_short(line, exc)) from None
 
 
 def _check_version(env: _Envelope, what: str) -> None:

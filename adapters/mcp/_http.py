@@ -21,6 +21,7 @@ gets one per case id it names in ``_meta``, or one for the whole proxy run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import zlib
@@ -46,7 +47,7 @@ from ._downstream import (
     header,
 )
 from ._episodes import EpisodeSlot
-from ._http_call import HttpToolCall, listing_result
+from ._http_call import HttpToolCall, listing_result, read_raw
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
@@ -58,6 +59,7 @@ from ._jsonrpc import (
     error_message,
     id_key,
     listing_request,
+    no_answer,
     parse,
     protocol_version_of,
     tool_call_of,
@@ -472,6 +474,14 @@ class HttpProxy:
                 self._waiting.discard(wait)
                 wait.done.set()
 
+    async def cancel_upstream(
+        self, url: str, headers: list[tuple[bytes, bytes]], request_id: Any, reason: str
+    ) -> None:
+        """Tell the server the proxy gave up on ``request_id`` (best effort, bounded)."""
+        body = cancelled_message(request_id, reason)
+        with anyio.move_on_after(2), contextlib.suppress(httpx.HTTPError):
+            await (await self.client.post(url, headers=headers, content=body)).aclose()
+
     async def _unanswered(
         self,
         down: Downstream,
@@ -484,17 +494,12 @@ class HttpProxy:
         if self.stop_reason is not None:
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stop_reason}")
         else:
-            reason = f"{msg.method} got no answer within {self.timeout:g}s (server hung?)"
+            reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
             if msg.method != "initialize":  # no session yet; and it cannot be cancelled
                 if (slot := self._slots.get(self.key_for(headers, msg))) is not None:
                     slot.abort(reason)
-                with anyio.move_on_after(2):
-                    try:
-                        sent = cancelled_message(msg.id, reason)
-                        await (await self.client.post(url, headers=headers, content=sent)).aclose()
-                    except httpx.HTTPError:
-                        pass
+                await self.cancel_upstream(url, headers, msg.id, reason)
         if mid_event:
             # Half an event (or an encoded stream) went out: nothing more can be said on
             # it; the connection is dropped, which the client sees as the end.
@@ -538,7 +543,7 @@ class HttpProxy:
             seen = bytearray()
             if wait is not None and not ctype.startswith("text/event-stream"):
                 # One JSON answer: read it whole from the server (bounded), then pass it on.
-                raw = await wait.upstream(_read_raw(response))
+                raw = await wait.upstream(read_raw(response))
                 wait = None
                 await down.start(status, out_headers, reason)
                 await down.body(raw)
@@ -579,10 +584,6 @@ class HttpProxy:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
-
-
-async def _read_raw(response: httpx.Response) -> bytes:
-    return b"".join([chunk async for chunk in response.aiter_raw()])
 
 
 class _Unanswered(Exception):

@@ -29,9 +29,9 @@ from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
     Message,
-    cancelled_message,
     error_message,
     id_key,
+    no_answer,
     parse,
 )
 from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone, decode_envelope
@@ -111,9 +111,9 @@ class HttpToolCall:
                     text = "litmus-sandbox: the session ended while this call ran"
                     state.reply = error_message(self.msg.id, CONNECTION_CLOSED, text)
             if state.timed_out:
-                reason = f"tools/call {self.tool!r} got no answer within its timeout (server hung?)"
+                reason = no_answer(f"tools/call {self.tool!r}")
                 slot.abort(reason)
-                await self._cancel_upstream(reason)
+                await proxy.cancel_upstream(self.url, self.headers, state.request_id, reason)
             elif state.reply_kind == "error" and self._plain is None:
                 # No HTTP answer at all (connection refused or dropped mid-stream).
                 slot.abort(state.failure or "the MCP server did not answer")
@@ -186,7 +186,7 @@ class HttpToolCall:
             headers = [(n, v) for n, v in headers if n.lower() not in drop]
         try:
             if not ctype.startswith("text/event-stream"):
-                raw = await response.aread() if encoded else await self._read_raw(response)
+                raw = await response.aread() if encoded else await read_raw(response)
                 self._plain = (response.status_code, headers, reason, raw)
                 envelope = decode_envelope(raw)
                 if envelope is None or "id" not in envelope:
@@ -211,10 +211,6 @@ class HttpToolCall:
             state.failure = str(exc)
             raise
 
-    @staticmethod
-    async def _read_raw(response: httpx.Response) -> bytes:
-        return b"".join([chunk async for chunk in response.aiter_raw()])
-
     def _answer(self, event: bytes) -> tuple[bytes, dict[str, Any]] | None:
         """(data, envelope) if this event answers our request; else tee it into the step."""
         data = event_data(event)
@@ -229,16 +225,10 @@ class HttpToolCall:
             self.state.note(msg.body)
         return None
 
-    async def _cancel_upstream(self, reason: str) -> None:
-        """Tell the server the proxy gave up on the call (best effort)."""
-        proxy = self.proxy
-        body = cancelled_message(self.state.request_id, reason)
-        with anyio.move_on_after(2):
-            try:
-                response = await proxy.client.post(self.url, headers=self.headers, content=body)
-                await response.aclose()
-            except httpx.HTTPError:
-                pass
+
+async def read_raw(response: httpx.Response) -> bytes:
+    """A response's body as the server sent it (still encoded)."""
+    return b"".join([chunk async for chunk in response.aiter_raw()])
 
 
 def listing_result(body: bytes, content_type: str, request_id: Any) -> Any:

@@ -235,3 +235,10 @@ def cancelled_message(request_id: Any, reason: str) -> bytes:
             "params": {"requestId": request_id, "reason": reason},
         }
     )
+
+
+def no_answer(what: str, limit: float | None = None) -> str:
+    """Why the proxy gave up on a request the server left unanswered (``what``: the
+    method, or ``tools/call 'name'``); ``limit`` in seconds, else the tool's own timeout."""
+    within = f"{limit:g}s" if limit is not None else "its timeout"
+    return f"{what} got no answer within {within} (server hung?)"

@@ -66,6 +66,7 @@ from ._jsonrpc import (
     error_message,
     id_key,
     listing_request,
+    no_answer,
     parse,
     progress_token_of,
     protocol_version_of,
@@ -642,7 +643,7 @@ class _Session:
         self._abandoned.add(key)
         self._listing.discard(key)
         self._handshake.pop(key, None)
-        reason = f"{method} got no answer within {self._proxy.timeout:g}s (server hung?)"
+        reason = no_answer(method, self._proxy.timeout)
         text = f"litmus-sandbox: {reason}"
         await self._to_client(error_message(request_id, REQUEST_TIMEOUT, text) + b"\n")
         # initialize cannot be cancelled (the protocol says so).
@@ -691,7 +692,7 @@ class _Session:
     async def reply(self, tool: str, state: CallState) -> None:
         """Send the client the reply the recorded step decided (see ``CallState``)."""
         if state.timed_out:
-            reason = f"tools/call {tool!r} got no answer within its timeout (server hung?)"
+            reason = no_answer(f"tools/call {tool!r}")
             await self._gave_up(state.request_id, reason)
         if state.reply_kind == "relay" and state.envelope_raw is not None:
             await self._to_client(state.envelope_raw)

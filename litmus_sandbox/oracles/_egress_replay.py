@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import msgspec
 
+from .._codec import cut_short
 from .._errors import ConfigError, RecordDecodeError
 from .._store import JsonlWriter, ReadWarning, RecordingWarning
 
@@ -107,16 +108,6 @@ _TORN = "torn last line (the recorder stopped mid-record); kept every whole line
 _TORN_RECORD = "torn record (a write cut short by a crash, appended after); kept every whole line"
 
 
-def _cut_short(raw: bytes) -> bool:
-    """Whether a line is the start of a JSON object whose end is missing."""
-    line = raw.strip()
-    try:
-        msgspec.json.decode(line)
-    except msgspec.DecodeError as exc:
-        return str(exc) == "Input data was truncated" and line.startswith(b"{")
-    return False
-
-
 class HttpCassette:
     """Recorded HTTP responses, served by (method, URL).
 
@@ -156,13 +147,14 @@ class HttpCassette:
                 for lineno, raw in enumerate(f, 1):
                     if not raw.strip():
                         continue
+                    line = raw.strip()
                     try:
-                        exchanges.append(_decoder.decode(raw))
+                        exchanges.append(_decoder.decode(line))
                     except msgspec.DecodeError as exc:
                         if not raw.endswith(b"\n"):  # the last line, cut mid-record
                             torn.append(ReadWarning(path, lineno, _TORN))
                             break
-                        if _cut_short(raw):  # by a crash; a later recorder appended after
+                        if cut_short(line, exc):  # by a crash; a later recorder appended
                             torn.append(ReadWarning(path, lineno, _TORN_RECORD))
                             continue
                         raise RecordDecodeError(
