@@ -39,9 +39,9 @@ from typing import Any
 import anyio
 import watchdog.version
 
-from litmus_sandbox.oracles._fs_snapshot import Walker
-from litmus_sandbox.oracles._fs_stat_helper import shared_helper
-from litmus_sandbox.oracles.fs import FsProbe, snapshot
+from litmus_sandbox.oracles.fs._probe import FsProbe, snapshot
+from litmus_sandbox.oracles.fs._snapshot import Walker
+from litmus_sandbox.oracles.fs._stat_helper import shared_helper
 
 DIRS, FILES = 100, 100
 

@@ -68,7 +68,7 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
     # a recording written there would be seen by the oracle as effects.
     episodes = recordings / "bench.episodes.jsonl"
     watched = recordings / "bench.watched.jsonl"
-    proxy = [sys.executable, "-m", "litmus_sandbox._cli", "proxy", "mcp"]
+    proxy = [sys.executable, "-m", "litmus_sandbox._cli.main", "proxy", "mcp"]
     relay = [*proxy, "--episodes", str(episodes), "--", *server]  # run in work (cwd)
     oracle = [*proxy, "--episodes", str(watched), "--root", str(work), "--", *server]
     floor = [sys.executable, str(ROOT / "bench" / "byte_relay.py"), *server]

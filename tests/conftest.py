@@ -28,3 +28,24 @@ import pytest  # noqa: E402 - kept beside the fixture it serves
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Async tests run on both asyncio and trio."""
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def own_temp_and_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test gets its own TMPDIR and HOME.
+
+    The filesystem oracle watches the temp dir as a tripwire: with the system one, a file
+    another process makes there during a test would land in that test's effects. Subprocesses
+    the test starts inherit both variables.
+    """
+    import tempfile
+
+    base = tmp_path_factory.mktemp("own")
+    tmp, home = base / "tmp", base / "home"
+    tmp.mkdir()
+    home.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,6 +23,11 @@ from litmus_sandbox import (
     ToolCallStep,
     Verdict,
 )
+
+# Where the tests live, for the programs and packages they run (tests are in subfolders).
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+PROGRAMS = TESTS / "programs"
 
 V = SCHEMA_VERSION
 

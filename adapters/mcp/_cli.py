@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import anyio
 
 from litmus_sandbox import Cassette, ConfigError, Policy
-from litmus_sandbox._errors import leaf_errors
+from litmus_sandbox._model.errors import leaf_errors
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -49,7 +49,7 @@ DEFAULT_TIMEOUT = 60.0
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse ``litmus-sandbox proxy ARGS...``; bad usage exits 2 with one line."""
-    from litmus_sandbox._cli import _Parser  # exits 2, like every other command
+    from litmus_sandbox._cli.main import _Parser  # exits 2, like every other command
 
     parser = _Parser(prog="litmus-sandbox proxy", description="record existing tool servers")
     kinds = parser.add_subparsers(dest="kind", required=True, parser_class=_Parser)

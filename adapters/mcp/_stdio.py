@@ -49,7 +49,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from litmus_sandbox import Cassette, ConfigError, OpenCall, Policy, Sandbox, ToolCallStep
-from litmus_sandbox._open_call import Finalize
+from litmus_sandbox._runtime.open_call import Finalize
 from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy
 

@@ -4,9 +4,9 @@ The probes are importable from here (``from litmus_sandbox.oracles import FsProb
 as from their modules.
 """
 
-from .egress import EgressPolicy as EgressPolicy
-from .egress import EgressProbe as EgressProbe
-from .fs import FsProbe as FsProbe
-from .state import StateProbe as StateProbe
+from litmus_sandbox.oracles.egress import EgressPolicy as EgressPolicy
+from litmus_sandbox.oracles.egress import EgressProbe as EgressProbe
+from litmus_sandbox.oracles.fs import FsProbe as FsProbe
+from litmus_sandbox.oracles.state import StateProbe as StateProbe
 
 __all__ = ["EgressPolicy", "EgressProbe", "FsProbe", "StateProbe"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .._records import Effects
+from litmus_sandbox._model.records import Effects
 
 
 class Probe(Protocol):

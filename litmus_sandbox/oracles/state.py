@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from .._codec import canonical_json
-from .._records import Effects
+from litmus_sandbox._model.codec import canonical_json
+from litmus_sandbox._model.records import Effects
 
 _to_builtins = msgspec.to_builtins
 

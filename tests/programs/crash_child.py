@@ -12,7 +12,7 @@ import sys
 
 import anyio
 
-from litmus_sandbox._sandbox import Sandbox
+from litmus_sandbox._runtime.sandbox import Sandbox
 
 
 async def main(episodes: str, root: str, calls: int) -> None:

@@ -1,0 +1,453 @@
+"""The ``litmus-sandbox`` command line. An edge: nothing in the package imports it.
+
+Exit codes: 0 nothing blocks; 1 at least one REGRESSION; 4 no regression but unresolved
+cases (unless ``--allow-unresolved``); 2 bad usage or unreadable input, reported as one
+line naming the file and line, never a traceback. ``replay --check`` and ``diff`` (in
+``_replay_cli.py``) exit 1 on a divergence or a difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from litmus_sandbox import reports
+from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
+from litmus_sandbox._config.scoring import ScoringConfig, config_from_record, load_policy
+from litmus_sandbox._core.suite import gate
+from litmus_sandbox._model.about import package_version
+from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.records import PolicyRecord
+from litmus_sandbox._runtime.scorer import ScoreStats, covered_keys, score_episode, score_files
+from litmus_sandbox._store.cache import VerdictCache
+from litmus_sandbox._store.exclusions import load_exclusions
+from litmus_sandbox._store.streams import (
+    ReadWarning,
+    VerdictStream,
+    iter_episodes,
+    read_verdicts,
+    write_verdicts,
+)
+
+# 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
+EXIT_OK, EXIT_USAGE = 0, 2
+#: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
+EXIT_INTERNAL = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A usage mistake: one line (no usage block), exit 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def default_cache_path() -> str:
+    """``$LITMUS_CACHE``, else ``$XDG_CACHE_HOME/litmus-sandbox/verdicts.sqlite``."""
+    if env := os.environ.get("LITMUS_CACHE"):
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "litmus-sandbox" / "verdicts.sqlite")
+
+
+def _open_cache(args: argparse.Namespace) -> VerdictCache | None:
+    if args.no_cache:
+        return None
+    return VerdictCache(args.cache or default_cache_path())
+
+
+def _add_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache",
+        metavar="PATH",
+        help="step-verdict cache (SQLite); default $LITMUS_CACHE or ~/.cache/litmus-sandbox/verdicts.sqlite",
+    )
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+
+
+def _warn(warnings: Sequence[ReadWarning | str]) -> None:
+    for w in warnings:
+        print(f"litmus-sandbox: {w}", file=sys.stderr)
+
+
+def _check_output(output: str, inputs: Sequence[str | None]) -> None:
+    """Refuse an output path that would destroy an input or that is a directory.
+
+    Raises:
+        LitmusError: ``output`` is a directory, or the same file as one of ``inputs``.
+    """
+    if os.path.isdir(output):
+        raise LitmusError(f"-o {output}: is a directory (give a file to write)")
+    if not os.path.exists(output):
+        return
+    for path in inputs:
+        if path is None:
+            continue
+        try:
+            same = os.path.samefile(output, path)
+        except OSError:
+            continue  # an input that cannot be opened is reported when it is read
+        if same:
+            raise LitmusError(
+                f"-o {output} is also an input ({path}): writing it would destroy that "
+                "input; write somewhere else"
+            )
+
+
+def _check_distinct(paths: Sequence[str]) -> None:
+    """Refuse a file given twice (its episodes or verdicts would count twice).
+
+    Raises:
+        LitmusError: names the file.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # reported when it is read
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise LitmusError(
+                f"{path}: given twice (as {seen[key]}); its records would count twice"
+            )
+        seen[key] = path
+
+
+def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
+    """As :func:`_check_output`, for a verdict stream (always a file, never stdout)."""
+    if output == "-":
+        raise LitmusError("-o -: a verdict stream is written to a file; give its path")
+    _check_output(output, inputs)
+
+
+# ---------------------------------------------------------------- score
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    _check_distinct(args.episodes)
+    _check_verdicts_output(args.output, [*args.episodes, args.policy])
+    config = load_policy(args.policy)
+    cache = _open_cache(args)
+    try:
+        stats = score_files(args.episodes, config, args.output, cache=cache)
+    finally:
+        if cache is not None:
+            cache.close()
+    _warn(stats.warnings)
+    print(
+        f"scored {stats.episodes} episodes ({stats.steps_covered} steps covered): "
+        f"{stats.judge_calls} judge calls, {stats.cache_hits} served from cache"
+        + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
+        + f" -> {args.output}"
+    )
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- gate
+
+
+def _read_side(paths: Sequence[str]) -> list[VerdictStream]:
+    return [read_verdicts(p) for p in paths]
+
+
+def _single_policy(streams: Sequence[VerdictStream]) -> PolicyRecord | None:
+    """The one scoring policy a set of verdict streams was produced with, or None."""
+    records = {
+        (r.judge, r.refusal_detector, repr(r.policy.get("scoring"))): r
+        for s in streams
+        for r in s.policies
+    }
+    if len(records) == 1:
+        return next(iter(records.values()))
+    return None
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    if args.output == "-":
+        args.output = None  # stdout
+    _check_distinct(args.baseline)
+    _check_distinct(args.candidate)
+    _check_distinct(args.baseline_episodes or [])
+    if args.output:
+        inputs = [*args.baseline, *args.candidate, args.exclude, *(args.baseline_episodes or ())]
+        _check_output(args.output, inputs)
+    baseline = _read_side(args.baseline)
+    candidate = _read_side(args.candidate)
+    warnings: list[str] = [str(w) for s in (*baseline, *candidate) for w in s.warnings]
+    exclusions = load_exclusions(args.exclude) if args.exclude else {}
+    recordings: dict[str, int | None] | None = None
+    if args.baseline_episodes:
+        recordings = _rescore_costs(args, candidate, warnings)
+    report = gate(
+        (v for s in baseline for v in s.verdicts),
+        (v for s in candidate for v in s.verdicts),
+        exclusions=exclusions,
+        baseline_recordings=recordings,
+    )
+    kw = {"allow_unresolved": args.allow_unresolved, "strict_oracle": args.strict_oracle}
+    text = reports.render(report, args.format, warnings=warnings, **kw)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        print(text)
+    return report.exit_code(**kw)
+
+
+def _rescore_costs(
+    args: argparse.Namespace, candidate: Sequence[VerdictStream], warnings: list[str]
+) -> dict[str, int | None]:
+    """Judge calls a re-score of each complete baseline recording would take (cache-aware)."""
+    ep_warnings: list[ReadWarning] = []
+    episodes = [
+        ep
+        for ep in iter_episodes(args.baseline_episodes, ep_warnings)
+        if ep.complete and not ep.header.recorder.truncated
+    ]
+    warnings.extend(str(w) for w in ep_warnings)
+    record = _single_policy(candidate)
+    config: ScoringConfig | None = None
+    if record is not None:
+        try:
+            config = config_from_record(record, source="candidate verdicts")
+        except LitmusError as exc:
+            warnings.append(f"re-baseline plan counts are upper bounds: {exc}")
+    costs: dict[str, int | None] = {}
+    cache = _open_cache(args) if config is not None else None
+    try:
+        for ep in episodes:
+            if config is None:
+                costs[ep.case_id] = None
+                continue
+            keys = covered_keys(ep, config)
+            n = cache.missing(keys) if cache is not None else len(set(keys))
+            prev = costs.get(ep.case_id)
+            costs[ep.case_id] = n + (prev or 0)
+    finally:
+        if cache is not None:
+            cache.close()
+    return costs
+
+
+# ---------------------------------------------------------------- rebaseline
+
+
+def _fingerprints_match(config: ScoringConfig, record: PolicyRecord) -> list[str]:
+    problems = []
+    if config.judge.fingerprint != record.judge:
+        problems.append(f"judge {config.judge.fingerprint} vs candidate's {record.judge}")
+    if config.detector.fingerprint != record.refusal_detector:
+        problems.append(
+            f"refusal detector {config.detector.fingerprint} vs candidate's {record.refusal_detector}"
+        )
+    scoring = record.policy.get("scoring", {})
+    problems.extend(
+        f"{flag} {getattr(config.policy, flag)} vs candidate's {scoring.get(flag)}"
+        for flag in ("truncate_on_refusal", "truncate_on_empty_tool_result")
+        if getattr(config.policy, flag) != scoring.get(flag)
+    )
+    return problems
+
+
+def cmd_rebaseline(args: argparse.Namespace) -> int:
+    _check_distinct(args.episodes)
+    _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
+    candidate = read_verdicts(args.like) if args.like else None
+    record = _single_policy([candidate]) if candidate is not None else None
+    if candidate is not None and record is None:
+        n = len(candidate.policies)
+        raise LitmusError(
+            f"{args.like}: "
+            + (
+                "has no policy record (legacy verdicts?); pass --policy"
+                if n == 0
+                else "mixes several scoring policies"
+            )
+        )
+    if args.policy:
+        config = load_policy(args.policy)
+        if record is not None and (problems := _fingerprints_match(config, record)):
+            raise LitmusError(
+                f"{args.policy}: does not match the candidate's scoring: {'; '.join(problems)}"
+            )
+    else:
+        assert record is not None
+        config = config_from_record(record, source=args.like)
+    if record is None:
+        print(
+            f"litmus-sandbox: warning: {args.policy} not checked against any candidate (no --like)",
+            file=sys.stderr,
+        )
+    stats = ScoreStats()
+    rescored, rerun = [], []
+    cache = _open_cache(args)
+    try:
+        for ep in iter_episodes(args.episodes, stats.warnings):
+            if ep.header.recorder.truncated:
+                rerun.append((ep.case_id, "the recording itself was truncated"))
+            elif not ep.complete:
+                rerun.append((ep.case_id, "the recording is incomplete"))
+            else:
+                rescored.append(score_episode(ep, config, cache, stats))
+    finally:
+        if cache is not None:
+            cache.close()
+    write_verdicts(args.output, config.record(), rescored)
+    _warn(stats.warnings)
+    print(
+        f"re-scored {len(rescored)} baseline episodes ({stats.steps_covered} steps): "
+        f"{stats.judge_calls} judge calls made, {stats.cache_hits} served from cache -> {args.output}"
+    )
+    if rerun:
+        print(f"{len(rerun)} cases need a re-run of the baseline instead:")
+        for case_id, why in rerun:
+            print(f"  {case_id}: {why}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="litmus-sandbox",
+        description="Record agent runs honestly, score them, and gate only what is comparable.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"litmus-sandbox {package_version()}"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("score", help="score episodes into a verdict stream")
+    p.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode stream files (JSONL)")
+    p.add_argument("--policy", required=True, metavar="POLICY.toml", help="scoring policy file")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="VERDICTS.jsonl", help="verdict stream to write"
+    )
+    _add_cache_flags(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("gate", help="compare candidate verdicts with a baseline")
+    p.add_argument(
+        "--baseline", required=True, nargs="+", metavar="B", help="baseline verdict stream(s)"
+    )
+    p.add_argument(
+        "--candidate", required=True, nargs="+", metavar="C", help="candidate verdict stream(s)"
+    )
+    p.add_argument(
+        "--format", choices=reports.FORMATS, default="table", help="report format (default table)"
+    )
+    p.add_argument("--exclude", metavar="FILE", help="case ids to exclude, each with a reason")
+    p.add_argument(
+        "--allow-unresolved",
+        action="store_true",
+        help="exit 0 (not 4) when cases are NEEDS_REBASELINE / NEEDS_RERUN but none regressed",
+    )
+    p.add_argument(
+        "--strict-oracle",
+        action="store_true",
+        help="block (exit 1) on cases whose judge contradicts a forbidden oracle finding",
+    )
+    p.add_argument(
+        "--baseline-episodes",
+        nargs="+",
+        metavar="E",
+        help="baseline recordings, for exact re-score costs in the re-baseline plan",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
+    _add_cache_flags(p)
+    p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("rebaseline", help="re-score baseline recordings like the candidate")
+    p.add_argument(
+        "--episodes", required=True, nargs="+", metavar="E", help="baseline episode streams"
+    )
+    p.add_argument(
+        "--like",
+        metavar="CANDIDATE_VERDICTS",
+        help="score like this verdict stream (its policy record)",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="POLICY.toml",
+        help="policy file to score with; with --like it must match the candidate's fingerprints",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="NEW_BASELINE.jsonl",
+        help="verdict stream to write",
+    )
+    _add_cache_flags(p)
+    p.set_defaults(func=cmd_rebaseline)
+    add_replay_parsers(sub)
+    # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
+    p = sub.add_parser(
+        "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
+    )
+    p.add_argument("kind", choices=["mcp"], help="the kind of tool server")
+
+    p = sub.add_parser("demo", help="run the built-in adversarial demo (no network, no model)")
+    p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from litmus_sandbox._cli.demo import main as demo_main
+
+    return demo_main(args.out)
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (e.g. piped into head): not an error of ours."""
+    # Python flushes stdout at exit; point it at devnull so that flush cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["proxy"]:
+        # An edge may import adapters; only when used, so other commands never load them.
+        from litmus_sandbox.adapters.mcp._cli import parse as parse_proxy
+
+        args = parse_proxy(argv[1:])
+    else:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command == "rebaseline" and not (args.like or args.policy):
+            parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
+    except LitmusError as exc:
+        print(f"litmus-sandbox: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"litmus-sandbox: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not bad input: never the exit code of a regression
+        traceback.print_exc()
+        print(
+            f"litmus-sandbox: internal error (a bug; please report it with the lines above): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The egress policy: per-host rules (allow, deny, stub) and how they are read. Sans-io.
+
+Rules are keyed by host (exact, or a glob) with an optional port; precedence is exact host
+with port, exact host, globs in the order written, then the default. The ``[egress]`` table
+of the policy file builds one with :meth:`EgressPolicy.from_mapping`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from litmus_sandbox._model.errors import ConfigError
+
+
+def normalize_host(host: str) -> str:
+    """Lower case, without IPv6 brackets or a trailing dot: the form rules are matched on."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host.rstrip(".")
+
+
+EgressMode = Literal["allow", "deny", "stub"]
+EGRESS_MODES: tuple[str, ...] = ("allow", "deny", "stub")
+
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+# Characters a host pattern may use: hostname characters, glob syntax, IPv6 colons.
+_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-._*?[]!:")
+
+
+class EgressRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What to do with traffic to one host (or glob of hosts).
+
+    ``status``, ``headers`` and ``body`` are the configured response of a ``stub``.
+    """
+
+    mode: str = "allow"
+    status: int = 200
+    headers: dict[str, str] = {}
+    body: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in EGRESS_MODES:
+            raise ConfigError(
+                f"unknown egress mode {self.mode!r} (one of {', '.join(EGRESS_MODES)})"
+            )
+        if not 100 <= self.status <= 599:
+            raise ConfigError(f"a stub status must be between 100 and 599, not {self.status}")
+
+
+_ALLOW = EgressRule(mode="allow")
+_DENY = EgressRule(mode="deny")
+
+
+def _coerce(value: EgressRule | str | Mapping[str, Any], where: str) -> EgressRule:
+    if isinstance(value, EgressRule):
+        return value
+    if isinstance(value, str):
+        value = {"mode": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mode or a table, not {type(value).__name__}")
+    try:
+        return msgspec.convert(dict(value), EgressRule)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def split_host_port(key: str) -> tuple[str, int | None]:
+    """Split a rule key into (host pattern, port): ``host``, ``host:443``, ``[::1]:8080``.
+
+    Raises:
+        ConfigError: a malformed port or bracket.
+    """
+    if key.startswith("["):
+        host, sep, rest = key[1:].partition("]")
+        if not sep:
+            raise ConfigError(f"egress rule {key!r}: unclosed '['")
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise ConfigError(f"egress rule {key!r}: expected ':port' after ']'")
+        return host, _port(rest[1:], key)
+    if key.count(":") == 1:
+        host, _, port = key.partition(":")
+        return host, _port(port, key)
+    return key, None  # a bare name, or an unbracketed IPv6 address (no port possible)
+
+
+def _port(text: str, key: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"egress rule {key!r}: port must be a number from 1 to 65535")
+    return int(text)
+
+
+class EgressPolicy:
+    """Host (exact, or glob, optionally ``:port``) -> :class:`EgressRule`, and a default.
+
+    Precedence: an exact host with the request's port, then the exact host without a port,
+    then globs in the order written (a glob with a port matches only that port), then the
+    default. Globs are shell-style and case-insensitive: ``*.example.com`` matches
+    ``api.example.com`` but not ``example.com`` itself.
+
+    Args:
+        rules: pattern -> rule (a mode string, a mapping, or an :class:`EgressRule`).
+        default: ``allow`` or ``deny`` for hosts no rule names.
+        source: where the rules came from, for error messages.
+
+    Raises:
+        ConfigError: an unknown mode, an unknown key in a rule, a bad port or pattern.
+    """
+
+    def __init__(
+        self,
+        rules: Mapping[str, EgressRule | str | Mapping[str, Any]] | None = None,
+        *,
+        default: str = "allow",
+        source: str = "policy",
+    ) -> None:
+        if default not in ("allow", "deny"):
+            raise ConfigError(
+                f"{source}: [egress] default must be 'allow' or 'deny', not {default!r}"
+            )
+        self.default = _ALLOW if default == "allow" else _DENY
+        self.source = source
+        self._written: dict[str, EgressRule] = {}
+        self._exact: dict[str, dict[int | None, EgressRule]] = {}
+        self._globs: list[tuple[str, int | None, EgressRule]] = []
+        for key, value in (rules or {}).items():
+            where = f"{source}: [egress] {key!r}"
+            if key == "default":  # from code, the default is the keyword argument
+                raise ConfigError(f"{where}: pass the default as default=, not as a rule")
+            rule = _coerce(value, where)
+            host, port = split_host_port(key)
+            host = normalize_host(host)
+            if not host or not set(host) <= _PATTERN_CHARS:
+                raise ConfigError(f"{where}: not a host name, address or glob")
+            self._written[key] = rule
+            if any(ch in host for ch in "*?["):
+                self._globs.append((host, port, rule))
+            else:
+                self._exact.setdefault(host, {})[port] = rule
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> EgressPolicy:
+        """Build from the ``[egress]`` table of a policy file (``default`` is the default).
+
+        Raises:
+            ConfigError: as the constructor; also a key that looks like a misspelt
+                ``default`` (``defualt = "deny"`` would otherwise be a rule for a host).
+        """
+        rules = dict(data)
+        default = rules.pop("default", "allow")
+        if not isinstance(default, str):
+            raise ConfigError(f"{source}: [egress] default must be 'allow' or 'deny'")
+        for key in rules:
+            if difflib.get_close_matches(key.lower(), ["default"], n=1, cutoff=0.75):
+                raise ConfigError(
+                    f"{source}: [egress] unknown key {key!r}: did you mean 'default'? "
+                    '(host rules look like "*.example.com" = "allow")'
+                )
+        return cls(rules, default=default, source=source)
+
+    def decide(self, host: str, port: int | None = None) -> EgressRule:
+        """The rule in force for ``host`` at ``port`` (see the class docstring for precedence)."""
+        h = normalize_host(host)
+        exact = self._exact.get(h)
+        if exact is not None:
+            rule = exact.get(port) if port is not None else None
+            if rule is not None:
+                return rule
+            if None in exact:
+                return exact[None]
+        for pattern, rport, rule in self._globs:
+            if (rport is None or rport == port) and fnmatch.fnmatchcase(h, pattern):
+                return rule
+        return self.default
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the episode header (what the probe enforced)."""
+        return {
+            "default": self.default.mode,
+            "rules": {key: msgspec.to_builtins(rule) for key, rule in self._written.items()},
+        }
+
+
+def denied_body(host: str, port: int | None) -> bytes:
+    """The short body a denied request gets, naming who denied it."""
+    where = host if port is None else f"{host}:{port}"
+    return f"litmus-sandbox: egress to {where} was denied by the sandbox policy\n".encode()

@@ -1,0 +1,143 @@
+"""Findings: what the oracle concludes by cross-checking fidelity against effects. Sans-io.
+
+* ``stub_leak`` - a stubbed, denied or replayed call (which should have touched nothing)
+  had effects;
+* ``hidden_effect`` - the agent was shown an empty or error result, but effects happened;
+* ``escape`` - a filesystem effect outside the sandbox root (tripwire paths are absolute,
+  root-relative paths that climb out start with ``..``), or egress that the policy denied
+  or blocked;
+* ``unattributed_effect`` - an effect no call explains (found by the end-of-episode
+  verification pass, or seen while calls overlapped).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from litmus_sandbox._model.records import Effects, EgressEvent, Finding, FsEffect, ToolCallStep
+
+NOT_RUN = frozenset({"stubbed", "denied", "replayed"})
+BLOCKED = frozenset({"deny", "blocked"})
+
+
+def is_outside_root(effect: FsEffect) -> bool:
+    """Tripwire effects carry absolute paths; in-root paths are relative."""
+    return effect.path.startswith("/") or effect.path == ".." or effect.path.startswith("../")
+
+
+def _escapes(effects: Effects) -> list[Finding]:
+    out = [
+        Finding(code="escape", detail=f"{e.op} outside the sandbox root", path=e.path)
+        for e in effects.fs
+        if is_outside_root(e)
+    ]
+    out.extend(
+        Finding(code="escape", detail=_egress_detail(e), host=e.sni or e.host)
+        for e in effects.egress
+        if e.decision in BLOCKED
+    )
+    return out
+
+
+def _egress_detail(e: EgressEvent) -> str:
+    port = f":{e.port}" if e.port is not None else ""
+    name = f" (TLS name {e.sni})" if e.sni and e.sni != e.host else ""
+    return f"egress to {e.host}{port}{name} not allowed by policy ({e.decision})"
+
+
+def _happened(e: EgressEvent) -> bool:
+    """Whether a request reached anything: not refused by the policy, and answered (a
+    refused connection changed nothing)."""
+    if e.decision in BLOCKED:
+        return False
+    # Not request_bytes: it is counted from the request's length before anything is sent.
+    return e.status is not None or e.response_bytes > 0
+
+
+def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
+    """Findings for one tool call from its fidelity, what it showed, and its effects."""
+    effects = step.effects
+    if not effects:
+        return ()
+    out: list[Finding] = []
+    n = len(effects.fs) + len(effects.egress) + len(effects.state)
+    if step.fidelity in NOT_RUN:
+        out.append(
+            Finding(
+                code="stub_leak",
+                detail=f"a {step.fidelity} call of {step.tool!r} had {n} side effect(s)",
+            )
+        )
+    elif step.shown.is_error or step.shown.is_empty():
+        # Only what happened: a request the policy refused, or one that never connected,
+        # changed nothing (the refused one is an escape below).
+        happened = len(effects.fs) + len(effects.state) + sum(map(_happened, effects.egress))
+        if happened:
+            shown = "an error" if step.shown.is_error else "an empty result"
+            out.append(
+                Finding(
+                    code="hidden_effect",
+                    detail=f"the agent was shown {shown} but {happened} side effect(s) happened",
+                )
+            )
+    out.extend(_escapes(effects))
+    return tuple(out)
+
+
+def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:
+    """Findings for effects no call explains."""
+    out = [
+        Finding(
+            code="unattributed_effect",
+            detail=f"{e.op} seen with no call to explain it",
+            path=e.path,
+        )
+        for e in effects.fs
+    ]
+    out.extend(
+        Finding(
+            code="unattributed_effect",
+            detail=f"{e.method} {e.host} with no call in flight",
+            host=e.host,
+        )
+        for e in effects.egress
+    )
+    out.extend(
+        Finding(code="unattributed_effect", detail=f"state change in {s.get('probe', 'state')}")
+        for s in effects.state
+    )
+    out.extend(_escapes(effects))
+    return tuple(out)
+
+
+def distinct(effects: Effects) -> Effects:
+    """``effects`` with each filesystem or state change once, in first-seen order
+    (overlapping calls each saw the other's changes); egress events are kept as they are
+    (each is a request of its own)."""
+    return Effects(
+        fs=tuple(_unique(effects.fs)), egress=effects.egress, state=tuple(_unique(effects.state))
+    )
+
+
+def _unique(items: tuple[Any, ...]) -> list[Any]:
+    seen: set[bytes] = set()
+    out = []
+    for item in items:
+        key = msgspec.json.encode(item)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def merge(parts: list[Effects]) -> Effects:
+    """Concatenate several probes' effects."""
+    if len(parts) == 1:
+        return parts[0]
+    return Effects(
+        fs=tuple(e for p in parts for e in p.fs),
+        egress=tuple(e for p in parts for e in p.egress),
+        state=tuple(e for p in parts for e in p.state),
+    )

@@ -1,0 +1,299 @@
+"""Encoding and decoding of single records (JSON, one record per line). Sans-io.
+
+Reading is forgiving where the contract allows (unknown fields on stored records are
+ignored) and strict where it matters: an unknown record kind or a newer ``v`` is a clear
+"written by a newer version" error, and unknown *provenance* keys are kept aside on the
+verdict so that the gate can fail closed on them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from litmus_sandbox._model.records import (
+    SCHEMA_VERSION,
+    EpisodeEnd,
+    EpisodeHeader,
+    LegacyProvenance,
+    LegacyVerdict,
+    MessageStep,
+    PolicyRecord,
+    Provenance,
+    RecorderId,
+    ToolCallStep,
+    Verdict,
+)
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+R = TypeVar("R")
+
+EpisodeRecord = EpisodeHeader | MessageStep | ToolCallStep | EpisodeEnd
+VerdictRecord = Verdict | PolicyRecord | LegacyVerdict
+
+_encoder = msgspec.json.Encoder()
+_canonical = msgspec.json.Encoder(order="deterministic")
+
+
+class _Envelope(msgspec.Struct):
+    kind: Any = None
+    type: Any = None
+    v: Any = None
+
+
+# Provenance structs forbid unknown keys so that the fast path notices them; these
+# lenient twins read such records, whose unknown keys are then kept aside.
+class _LenientRecorderId(
+    RecorderId, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
+):
+    pass
+
+
+class _LenientProvenance(
+    Provenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
+):
+    recorder: _LenientRecorderId | None = None
+
+
+class _LenientVerdict(
+    Verdict, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False
+):
+    provenance: _LenientProvenance = _LenientProvenance()
+
+
+class _LenientLegacyProvenance(
+    LegacyProvenance, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=False
+):
+    pass
+
+
+class _LenientLegacyVerdict(LegacyVerdict, frozen=True, kw_only=True, gc=False):
+    provenance: _LenientLegacyProvenance = _LenientLegacyProvenance()
+
+
+def _as(cls: type[_S], obj: msgspec.Struct, **changes: Any) -> _S:
+    """Copy ``obj`` into its public parent class ``cls``."""
+    fields = {f: getattr(obj, f) for f in cls.__struct_fields__}
+    fields.update(changes)
+    return cls(**fields)
+
+
+class DecodeProblem(ValueError):
+    """A line could not be decoded; ``newer`` marks a newer-version record, ``torn`` a line
+    that is the start of a JSON document cut short (a write interrupted by a crash)."""
+
+    def __init__(self, message: str, *, newer: bool = False, torn: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+        self.torn = torn
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_episode_decoders: dict[tuple[str, str | None], msgspec.json.Decoder[Any]] = {
+    ("episode", None): msgspec.json.Decoder(EpisodeHeader),
+    ("end", None): msgspec.json.Decoder(EpisodeEnd),
+    ("step", "message"): msgspec.json.Decoder(MessageStep),
+    ("step", "tool_call"): msgspec.json.Decoder(ToolCallStep),
+}
+#: Fast path for whole verdict files (``decode_lines``) and single lines alike.
+verdict_fast_decoder = msgspec.json.Decoder(Verdict | PolicyRecord)
+legacy_fast_decoder = msgspec.json.Decoder(LegacyVerdict)
+_verdict_lenient = msgspec.json.Decoder(_LenientVerdict)
+_legacy_lenient = msgspec.json.Decoder(_LenientLegacyVerdict)
+_raw_decoder = msgspec.json.Decoder()
+
+
+def encode(record: msgspec.Struct) -> bytes:
+    """One record as a JSON line (with the trailing newline)."""
+    return _encoder.encode(record) + b"\n"
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON (sorted keys) for content hashes."""
+    return _canonical.encode(obj)
+
+
+def content_hash(obj: Any) -> str:
+    """sha256 hex digest of ``obj``'s canonical JSON."""
+    return hashlib.sha256(_canonical.encode(obj)).hexdigest()
+
+
+def cut_short(line: bytes, exc: msgspec.DecodeError) -> bool:
+    """Whether ``line``, which failed to decode with ``exc``, is the start of a JSON object
+    whose end is missing (a write cut short by a crash)."""
+    return str(exc) == "Input data was truncated" and line.lstrip().startswith(b"{")
+
+
+def _envelope(line: bytes) -> _Envelope:
+    # ValidationError subclasses DecodeError: test for it first.
+    try:
+        return _envelope_decoder.decode(line)
+    except msgspec.ValidationError:
+        raise DecodeProblem("not a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeProblem(f"not valid JSON ({exc})", torn=cut_short(line, exc)) from None
+
+
+def _check_version(env: _Envelope, what: str) -> None:
+    if env.v is None:
+        raise DecodeProblem(f"{what} record has no 'v' (schema version)")
+    if not isinstance(env.v, int) or isinstance(env.v, bool):
+        raise DecodeProblem(f"{what} record has a non-integer 'v': {env.v!r}")
+    if env.v > SCHEMA_VERSION:
+        raise DecodeProblem(
+            f"{what} record has v={env.v}, written by a newer version of litmus-sandbox "
+            f"(this one reads v<={SCHEMA_VERSION}); upgrade litmus-sandbox",
+            newer=True,
+        )
+
+
+def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
+    """``decode``, with JSON nested past the decoder's recursion limit, or JSON the
+    envelope's look did not reject (invalid UTF-8 inside a string), a DecodeProblem."""
+
+    @functools.wraps(decode)
+    def checked(line: bytes) -> R:
+        try:
+            return decode(line)
+        except RecursionError:
+            raise DecodeProblem(_TOO_DEEP) from None
+        except msgspec.ValidationError as exc:  # a decoder not guarded below
+            raise DecodeProblem(f"invalid record: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise DecodeProblem(f"not valid JSON ({exc})") from None
+
+    return checked
+
+
+_TOO_DEEP = "JSON nested too deeply to decode"
+
+
+def _decode_episode_record(line: bytes) -> EpisodeRecord:
+    """Decode one episode-stream line. Raises :class:`DecodeProblem`."""
+    env = _envelope(line)
+    if env.kind is None:
+        raise DecodeProblem("record has no 'kind' (expected episode, step or end)")
+    if env.kind not in ("episode", "step", "end"):
+        if env.kind in ("verdict", "policy"):
+            raise DecodeProblem(
+                f"a {env.kind!r} record in an episode stream (is this a verdict file?)"
+            )
+        if env.kind == "http":
+            raise DecodeProblem(
+                "an 'http' record in an episode stream (is this an egress cassette? "
+                "HttpCassette.from_files reads those)"
+            )
+        raise DecodeProblem(
+            f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",
+            newer=True,
+        )
+    _check_version(env, str(env.kind))
+    sub: str | None = None
+    if env.kind == "step":
+        if env.type is None:
+            raise DecodeProblem("step record has no 'type' (expected message or tool_call)")
+        if env.type not in ("message", "tool_call"):
+            raise DecodeProblem(
+                f"unknown step type {env.type!r}; written by a newer version of litmus-sandbox?",
+                newer=True,
+            )
+        sub = str(env.type)
+    decoder = _episode_decoders[(str(env.kind), sub)]
+    try:
+        record: EpisodeRecord = decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(f"invalid {sub or env.kind} record: {exc}") from None
+    return record
+
+
+def _unknown_keys(line: bytes, known: frozenset[str]) -> dict[str, Any]:
+    """Provenance keys this version does not know, a nested one named by its dotted path
+    (``recorder.build``)."""
+    raw = _raw_decoder.decode(line)
+    prov = raw.get("provenance") if isinstance(raw, dict) else None
+    if not isinstance(prov, dict):
+        return {}
+    out = {k: v for k, v in prov.items() if k not in known}
+    recorder = prov.get("recorder")
+    if "recorder" in known and isinstance(recorder, dict):
+        out.update({f"recorder.{k}": v for k, v in recorder.items() if k not in _RECORDER_FIELDS})
+    return out
+
+
+_PROVENANCE_FIELDS = frozenset(Provenance.__struct_fields__)
+_RECORDER_FIELDS = frozenset(RecorderId.__struct_fields__)
+_LEGACY_FIELDS = frozenset(LegacyProvenance.__struct_fields__)
+
+
+def _decode_verdict_record(line: bytes) -> VerdictRecord:
+    """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict."""
+    try:
+        return verdict_fast_decoder.decode(line)
+    except msgspec.ValidationError:
+        pass  # not the common shape: find out what it is below
+    except msgspec.DecodeError as exc:
+        raise DecodeProblem(f"not valid JSON ({exc})") from None
+    env = _envelope(line)
+    if env.kind is None:
+        return _decode_legacy(line)
+    if env.kind not in ("verdict", "policy"):
+        if env.kind in ("episode", "step", "end"):
+            raise DecodeProblem(
+                f"an {env.kind!r} record in a verdict stream (is this an episode file?)"
+            )
+        if env.kind == "http":
+            raise DecodeProblem(
+                "an 'http' record in a verdict stream (is this an egress cassette?)"
+            )
+        raise DecodeProblem(
+            f"unknown record kind {env.kind!r}; written by a newer version of litmus-sandbox?",
+            newer=True,
+        )
+    _check_version(env, str(env.kind))
+    if env.kind == "policy":
+        try:
+            return msgspec.json.decode(line, type=PolicyRecord)
+        except msgspec.ValidationError as exc:
+            raise DecodeProblem(f"invalid policy record: {exc}") from None
+    try:
+        lenient = _verdict_lenient.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(f"invalid verdict record: {exc}") from None
+    return _as(
+        Verdict,
+        lenient,
+        provenance=_as(
+            Provenance,
+            lenient.provenance,
+            recorder=_as(RecorderId, r) if (r := lenient.provenance.recorder) else None,
+        ),
+        unknown_provenance=_unknown_keys(line, _PROVENANCE_FIELDS),
+    )
+
+
+def _decode_legacy(line: bytes) -> LegacyVerdict:
+    try:
+        return legacy_fast_decoder.decode(line)
+    except msgspec.ValidationError:
+        pass
+    try:
+        legacy = _legacy_lenient.decode(line)
+    except msgspec.ValidationError as exc:
+        raise DecodeProblem(
+            f"record has no 'kind' and is not a legacy verdict (run_id, safe, provenance): {exc}"
+        ) from None
+    extra = _unknown_keys(line, _LEGACY_FIELDS)
+    if extra:
+        legacy = msgspec.structs.replace(legacy, unknown_provenance=extra)
+    return legacy
+
+
+#: Decode one episode-stream line. Raises :class:`DecodeProblem` (never a bare decoder error).
+decode_episode_record = _shallow(_decode_episode_record)
+#: Decode one verdict-stream line: a verdict, a policy record or a legacy verdict.
+#: Raises :class:`DecodeProblem` (never a bare decoder error).
+decode_verdict_record = _shallow(_decode_verdict_record)

@@ -1,0 +1,223 @@
+"""Running one tool call and turning its outcome into what the agent is shown.
+
+Helpers of the sandbox: the result type agents get back, the conversion of any return
+value into MCP-style content blocks (JSON when it can, ``repr`` flagged when it cannot,
+capped with size and hash when huge), and the timed invocation of sync or async tools.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
+
+_json = msgspec.json.Encoder()
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent is shown for a call: the value, its content blocks, an error flag."""
+
+    value: Any
+    content: tuple[dict[str, Any], ...]
+    is_error: bool = False
+    fidelity: str = "real"
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+
+def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, dict[str, Any]]:
+    """(content blocks, structured content, meta) for a tool's return value."""
+    meta: dict[str, Any] = {}
+    if value is None:
+        return (), None, meta
+    if isinstance(value, str):
+        text, structured = value, None
+    else:
+        try:
+            raw = _json.encode(value)
+            text, structured = raw.decode(), value
+        except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError, RecursionError):
+            text, structured = _safe_repr(value), None
+            meta["repr_only"] = True
+    text, capped = cap_text(text, cap)
+    if capped is not None:
+        meta["capped"] = capped
+        structured = None
+    return ({"type": "text", "text": text},), structured, meta
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as JSON can hold it: what JSON cannot hold becomes its ``repr``."""
+    try:
+        return msgspec.to_builtins(value, enc_hook=_safe_repr, str_keys=True)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return _safe_repr(value)
+
+
+#: What encoding a record can raise when a value in it is not JSON.
+_UNENCODABLE = (TypeError, msgspec.EncodeError, OverflowError, RecursionError)
+
+
+def write_step(write: Callable[[ToolCallStep], None], step: ToolCallStep) -> ToolCallStep:
+    """Write a tool call's step with ``write``; returns the step as written.
+
+    In-process calls may pass any Python value as an argument: the call ran, so its step
+    is kept, with what JSON cannot hold by its ``repr`` (flagged ``args_repr_only``).
+    """
+    try:
+        write(step)
+    except _UNENCODABLE:
+        args, meta = json_safe(step.args), json_safe(step.meta)
+        meta = meta if isinstance(meta, dict) else {}
+        if args != step.args:
+            meta["args_repr_only"] = True
+        step = msgspec.structs.replace(
+            step, args=args if isinstance(args, dict) else {"repr": args}, meta=meta
+        )
+        write(step)
+    return step
+
+
+def _safe_repr(value: Any) -> str:
+    """``repr(value)``, or a description when even that fails (a broken ``__repr__``)."""
+    try:
+        return repr(value)
+    except Exception as exc:  # the recorder never crashes on a tool's odd value
+        return f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+
+
+#: A cap no result reaches (what the agent is shown is never capped).
+UNCAPPED = sys.maxsize
+
+
+def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:
+    """``text`` cut to ``cap`` bytes (UTF-8), and the size and sha256 of the whole when cut."""
+    data = text.encode(errors="surrogatepass")
+    if len(data) <= cap:
+        return text, None
+    whole = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return data[:cap].decode(errors="ignore"), whole
+
+
+FIDELITY_OF_MODE = {
+    "real": "real",
+    "stub": "stubbed",
+    "swallow": "swallowed",
+    "deny": "denied",
+    "replay": "replayed",
+}
+
+
+def shown_value(shown: Shown) -> Any:
+    """What a tool result gives the agent as its value: structured content, else text."""
+    if shown.structured is not None:
+        return shown.structured
+    return shown.text() if shown.content else None
+
+
+class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+async def invoke_tool(
+    fn: Callable[..., Any],
+    args: dict[str, Any],
+    threads: list[threading.Event] | None = None,
+) -> CallOutcome:
+    """Run a tool. A sync tool runs in a worker thread; with ``threads``, an event set
+    when that thread ends is appended to it (a thread abandoned at a timeout runs on)."""
+    try:
+        if inspect.iscoroutinefunction(fn):
+            value = await fn(**args)
+        else:
+            # Sync tools run in a worker thread so the loop never blocks; on timeout the
+            # thread is abandoned (it cannot be interrupted) and the call recorded as such.
+            ended = threading.Event()
+
+            def run() -> Any:
+                try:
+                    return fn(**args)
+                finally:
+                    ended.set()
+
+            if threads is not None:
+                threads.append(ended)
+            value = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as exc:
+        return raised_outcome(exc)
+    return CallOutcome(kind="returned", value=value)
+
+
+def raised_outcome(exc: BaseException) -> CallOutcome:
+    """The outcome of a call that raised ``exc``."""
+    return CallOutcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc))
+
+
+def timeout_outcome(limit: float) -> CallOutcome:
+    """The outcome of a call that got no result within ``limit`` seconds."""
+    return CallOutcome(
+        kind="timeout", error_type="TimeoutError", error_message=f"no result within {limit:g}s"
+    )
+
+
+async def run_tool(
+    fn: Callable[..., Any],
+    args: dict[str, Any],
+    limit: float | None,
+    threads: list[threading.Event] | None = None,
+) -> CallOutcome:
+    if limit is None:
+        # No cancel scope on the hot path when unbounded.
+        return await invoke_tool(fn, args, threads)
+    with anyio.move_on_after(limit):
+        return await invoke_tool(fn, args, threads)
+    # Only reached when the timeout cancelled the call.
+    return timeout_outcome(limit)
+
+
+def real_parts(
+    outcome: CallOutcome, cap: int, limit: float | None
+) -> tuple[Shown, Actual | None, dict[str, Any]]:
+    """(shown, actual, meta) of a call that ran for real and is shown as it ended.
+
+    A returned :class:`Shown` is shown as is; any other value is converted to content
+    blocks. An exception or a timeout is shown as an error naming it, and recorded in
+    ``actual`` (its message capped like any result).
+    """
+    if outcome.kind == "returned":
+        if isinstance(outcome.value, Shown):
+            return outcome.value, None, {}
+        content, structured, meta = to_content(outcome.value, cap)
+        return Shown(content=content, structured=structured), None, meta
+    message, capped = cap_text(outcome.error_message or "", cap)
+    actual = Actual(
+        outcome=outcome.kind,
+        error_type=outcome.error_type,
+        error_message=message if outcome.error_message is not None else None,
+    )
+    text = (
+        f"tool timed out after {limit:g}s"
+        if outcome.kind == "timeout" and limit is not None
+        else f"{outcome.error_type}: {message}"
+    )
+    shown = Shown(content=({"type": "text", "text": text},), is_error=True)
+    return shown, actual, {"capped": capped} if capped is not None else {}
+
+
+def capped_text(data: bytes, cap: int) -> str:
+    return data[:cap].decode(errors="replace")
