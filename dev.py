@@ -3,7 +3,8 @@
 
     python3 dev.py demo       run the built-in demo end to end (litmus-sandbox demo)
     python3 dev.py incident   reproduce the incident's figures on a synthetic suite
-    python3 dev.py test     lint (ruff), type-check (mypy --strict) and run the tests
+    python3 dev.py test       lint (ruff), type-check (mypy --strict), check the layers
+                              (import-linter) and run the tests
 
 Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
 installs the project into it (editable, with its test and dev extras).
@@ -86,6 +87,7 @@ def main(argv: list[str]) -> int:
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
         [BIN / "mypy"],
+        [BIN / "lint-imports"],
     ):
         if (rc := _run(*step)) != 0:
             return rc
