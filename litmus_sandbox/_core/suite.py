@@ -5,11 +5,15 @@
 inline, identically, because a suite can hold millions of them), and reduces the results to
 outcome counts, flip statistics with an exact McNemar p-value, and a plan of what to
 re-score or re-run.
+
+The gate leaves the cyclic garbage collector alone (it runs among the caller's threads).
+What it keeps per case holds no reference cycles and is not tracked (``gc=False``
+records), so the collections a large suite triggers find little to scan and nothing
+survives into the older generations: a million cases trigger no full collection.
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import operator
 from collections import Counter
@@ -38,7 +42,8 @@ class Statistics(msgspec.Struct, frozen=True, kw_only=True):
     oracle_contradictions: int
 
 
-class PlanEntry(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: strings and ints only, so no cycle; a suite can hold one per case.
+class PlanEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     case_id: str
     judge_calls: int | None = None
     reasons: tuple[str, ...] = ()
@@ -233,15 +238,7 @@ def gate(
             unknown). Cases listed here get ``rescore_baseline`` as the remedy for a
             missing baseline verdict, and exact counts in the re-baseline plan.
     """
-    # A large suite allocates a few containers per case, and frees none before returning:
-    # each collection the cyclic GC ran meanwhile would rescan every verdict for no garbage.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _gate(baseline, candidate, exclusions or {}, baseline_recordings or {})
-    finally:
-        if enabled:
-            gc.enable()
+    return _gate(baseline, candidate, exclusions or {}, baseline_recordings or {})
 
 
 def _gate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from fractions import Fraction
 from typing import Any
@@ -437,6 +438,23 @@ def test_plan_uses_exact_costs_when_given() -> None:
     report = gate([verdict(judge="x")], [verdict()], baseline_recordings={"c1": 1})
     assert report.rebaseline_plan.judge_calls == 1
     assert report.rebaseline_plan.judge_calls_exact
+
+
+def test_gate_leaves_the_garbage_collector_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library call has no process-wide side effect: the gate never switches the cyclic
+    GC off, and what it keeps per case (results, plan entries) is not tracked by it."""
+
+    def refuse() -> None:
+        raise AssertionError("the gate switched the garbage collector off")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    base = [legacy(f"c{i}", judge_version="j0" if i % 2 else "j1") for i in range(50)]
+    report = gate(base, [legacy(f"c{i}") for i in range(50)])
+    assert report.counts["NEEDS_REBASELINE"] == 25
+    assert gc.isenabled()
+    plan = report.rebaseline_plan.rescore
+    assert len(plan) == 25
+    assert not any(gc.is_tracked(x) for x in (*report.cases, *plan))
 
 
 def _mcnemar_brute(b: int, c: int) -> float:
