@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import httpx
@@ -25,6 +25,8 @@ import httpx
 from litmus_sandbox import ConfigError
 
 from ._downstream import Downstream, forwardable
+from ._http_answer import read_raw
+from ._http_sessions import HttpSessions
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
@@ -37,16 +39,13 @@ from ._jsonrpc import (
 from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone, decode_envelope
 from ._sse import SseSplitter, encode_event, event_data
 
-if TYPE_CHECKING:
-    from ._http import HttpProxy
-
 
 class HttpToolCall:
     """Record one ``tools/call`` POST and answer it."""
 
     def __init__(
         self,
-        proxy: HttpProxy,
+        proxy: HttpSessions,
         key: str,
         down: Downstream,
         url: str,
@@ -224,22 +223,3 @@ class HttpToolCall:
         if msg.body is not None:
             self.state.note(msg.body)
         return None
-
-
-async def read_raw(response: httpx.Response) -> bytes:
-    """A response's body as the server sent it (still encoded)."""
-    return b"".join([chunk async for chunk in response.aiter_raw()])
-
-
-def listing_result(body: bytes, content_type: str, request_id: Any) -> Any:
-    """The ``result`` of the response to ``request_id`` in a relayed body (JSON or events)."""
-    if content_type.startswith("text/event-stream"):
-        splitter = SseSplitter()
-        for event in [*splitter.feed(body), splitter.rest()]:
-            data = event_data(event)
-            envelope = decode_envelope(data) if data else None
-            if envelope is not None and id_key(envelope.get("id")) == id_key(request_id):
-                return envelope.get("result")
-        return None
-    envelope = decode_envelope(body)
-    return None if envelope is None else envelope.get("result")

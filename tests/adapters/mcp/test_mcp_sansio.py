@@ -136,7 +136,7 @@ def test_sse_splitting_does_not_depend_on_how_bytes_arrive(cuts: list[int]) -> N
 
 
 def test_the_event_answering_a_request_is_found_alone_or_in_a_batch() -> None:
-    from litmus_sandbox.adapters.mcp._http import _answers
+    from litmus_sandbox.adapters.mcp._http_answer import answers
 
     alone = b'event: message\ndata: {"jsonrpc":"2.0","id":5,"result":{}}\n\n'
     batch = (
@@ -145,11 +145,11 @@ def test_the_event_answering_a_request_is_found_alone_or_in_a_batch() -> None:
     )
     notice = b'event: message\ndata: {"jsonrpc":"2.0","method":"x","params":{"id":5}}\n\n'
     request = b'event: message\ndata: [{"jsonrpc":"2.0","id":4,"method":"sampling"}]\n\n'
-    assert _answers(alone, 5)
-    assert not _answers(alone, "5")  # a string id is another id
-    assert _answers(batch, "4")
-    assert _answers(batch, 3)
-    assert not _answers(batch, 5)
-    assert not _answers(notice, 5)
-    assert not _answers(request, 4)  # a server request that reuses the id answers nothing
-    assert not _answers(b": comment\n\n", 5)
+    assert answers(alone, 5)
+    assert not answers(alone, "5")  # a string id is another id
+    assert answers(batch, "4")
+    assert answers(batch, 3)
+    assert not answers(batch, 5)
+    assert not answers(notice, 5)
+    assert not answers(request, 4)  # a server request that reuses the id answers nothing
+    assert not answers(b": comment\n\n", 5)

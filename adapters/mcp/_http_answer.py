@@ -1,0 +1,150 @@
+"""The server's answer to a relayed request: waiting for it, finding it, reading it.
+
+A relayed request waits for its answer within a deadline, and a stop cuts the wait short
+(``Waiting``; only waits for the server count, never writes to the client). On an event
+stream the answer is one of the events, found as the stream is relayed (``EventWatch``,
+through gzip or deflate too). A body is read as the server sent it (``read_raw``), and a
+``tools/list`` answer is looked up in a JSON or event-stream body (``listing_result``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import msgspec
+
+from ._jsonrpc import id_key, parse
+from ._recording import decode_envelope
+from ._sse import SseSplitter, event_data
+
+T = TypeVar("T")
+
+
+async def read_raw(response: httpx.Response) -> bytes:
+    """A response's body as the server sent it (still encoded)."""
+    return b"".join([chunk async for chunk in response.aiter_raw()])
+
+
+def listing_result(body: bytes, content_type: str, request_id: Any) -> Any:
+    """The ``result`` of the response to ``request_id`` in a relayed body (JSON or events)."""
+    if content_type.startswith("text/event-stream"):
+        splitter = SseSplitter()
+        for event in [*splitter.feed(body), splitter.rest()]:
+            data = event_data(event)
+            envelope = decode_envelope(data) if data else None
+            if envelope is not None and id_key(envelope.get("id")) == id_key(request_id):
+                return envelope.get("result")
+        return None
+    envelope = decode_envelope(body)
+    return None if envelope is None else envelope.get("result")
+
+
+def decoded(raw: bytes, encoding: str | None) -> bytes | None:
+    """A relayed body as sent before its content encoding (the relay itself stays
+    byte-exact: this copy is only read); None for an encoding not understood."""
+    coding = (encoding or "identity").strip().lower()
+    try:
+        if coding == "identity":
+            return raw
+        if coding in ("gzip", "x-gzip"):
+            return zlib.decompress(raw, wbits=31, bufsize=1 << 16)
+        if coding == "deflate":
+            try:
+                return zlib.decompress(raw)
+            except zlib.error:
+                return zlib.decompress(raw, wbits=-15)  # raw deflate, as some servers send
+    except zlib.error:
+        return None
+    return None
+
+
+def answers(event: bytes, request_id: Any) -> bool:
+    """Whether a server-sent event carries the response to ``request_id`` (alone, or in
+    a batch of responses)."""
+    data = event_data(event)
+    if not data:
+        return False
+    if data.lstrip().startswith(b"["):
+        try:
+            batch = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return False
+        return isinstance(batch, list) and any(
+            isinstance(item, dict)
+            and ("result" in item or "error" in item)
+            and id_key(item.get("id")) == id_key(request_id)
+            for item in batch
+        )
+    msg = parse(data)
+    return msg.kind == "response" and id_key(msg.id) == id_key(request_id)
+
+
+class Unanswered(Exception):
+    """A relayed request's wait for the server ended (its deadline, or a stop)."""
+
+    def __init__(self) -> None:
+        super().__init__("no answer")
+        #: Whether part of an event (or of an encoded stream) already went to the client.
+        self.mid_event = False
+
+
+class Waiting:
+    """A relayed request waiting for its answer. Only its waits for the server are
+    bounded (by ``deadline``) and cut by a stop, never its writes to the client."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._scope: anyio.CancelScope | None = None
+        self._stopped = False
+        #: Set once the relay is over (the client has its answer, or an error).
+        self.done = anyio.Event()
+
+    async def upstream(self, awaitable: Awaitable[T]) -> T:
+        """``await awaitable``, within the deadline. Raises Unanswered past it or on stop."""
+        with anyio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            if self._stopped:
+                scope.cancel()
+            try:
+                return await awaitable
+            finally:
+                self._scope = None
+        raise Unanswered
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+
+class EventWatch:
+    """Finds the event answering a request in a stream as it is relayed."""
+
+    def __init__(self, decode: Callable[[bytes], bytes]) -> None:
+        self._decode = decode
+        self._splitter = SseSplitter()
+
+    @classmethod
+    def of(cls, encoding: str) -> EventWatch | None:
+        """For a stream sent with ``encoding`` (None: one this proxy cannot read)."""
+        if encoding in ("identity", ""):
+            return cls(lambda chunk: chunk)
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
+            return cls(inflate.decompress)
+        return None
+
+    @property
+    def mid_event(self) -> bool:
+        return bool(self._splitter.rest())
+
+    def answered(self, chunk: bytes, request_id: Any) -> bool:
+        try:
+            plain = self._decode(chunk)
+        except zlib.error:
+            return True  # unreadable after all: stop waiting rather than cut it
+        return any(answers(event, request_id) for event in self._splitter.feed(plain))

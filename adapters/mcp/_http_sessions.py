@@ -1,0 +1,202 @@
+"""The HTTP proxy's state: one episode per MCP session, the calls in flight, the schemas.
+
+Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
+gets one per case id it names in ``_meta``, or one for the whole proxy run. A session's
+DELETE interrupts its calls still running, then ends its episode. The proxy learns the
+tools' output schemas from the listings it relays, or asks the server itself, once,
+before it answers a call without the server (see ``learn_schemas``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+from anyio.abc import TaskGroup
+
+from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox
+from litmus_sandbox.oracles._probe import Probe
+
+from ._downstream import header
+from ._episodes import EpisodeSlot
+from ._http_answer import Waiting, listing_result
+from ._jsonrpc import Message, cancelled_message, case_id_of, listing_request, protocol_version_of
+from ._recording import CallState
+from ._schema import listed_schemas
+
+PathLike = str | os.PathLike[str]
+
+#: Request headers naming the request's own method and target (newer revisions).
+_PER_REQUEST = frozenset({b"mcp-method", b"mcp-name"})
+
+
+class RunningCall(Protocol):
+    """What the proxy needs of a recorded call in flight (``HttpToolCall``)."""
+
+    @property
+    def state(self) -> CallState: ...
+    @property
+    def scope(self) -> anyio.CancelScope: ...
+    @property
+    def finished(self) -> anyio.Event: ...
+    @property
+    def answered(self) -> anyio.Event: ...
+
+
+class HttpSessions:
+    """The HTTP proxy's configuration and sessions (``HttpProxy`` documents the arguments)."""
+
+    sandbox: Sandbox
+    client: httpx.AsyncClient
+    _outer: TaskGroup
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        episodes: PathLike,
+        policy: Policy | PathLike | None = None,
+        root: PathLike | None = None,
+        case_id: str | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+        probes: Sequence[Probe] = (),
+        replay: Sequence[PathLike] | Cassette | None = None,
+        fsync: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"--upstream must be an http(s) URL, got {upstream!r}")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError("the timeout must be a positive number of seconds")
+        self.upstream = upstream
+        self.episodes = os.fspath(episodes)
+        #: Set once serving has ended and every episode is closed.
+        self.stopped = anyio.Event()
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.endpoint = parts.path or "/"
+        self.case_id = case_id
+        self.agent = agent
+        self.timeout = timeout
+        self._transport = transport
+        self._sandbox_kw: dict[str, Any] = {
+            "root": root if root is not None else os.getcwd(),
+            "episodes": episodes,
+            "policy": policy,
+            "timeout": timeout,
+            "probes": probes,
+            "replay": replay,
+            "fsync": fsync,
+            "egress": False,  # the server is remote: its egress is not ours to see
+        }
+        self._slots: dict[str, EpisodeSlot] = {}
+        self._stopping = anyio.Event()
+        #: Why the proxy was stopped early (a signal), or None.
+        self.stop_reason: str | None = None
+        #: Relayed requests waiting for the server's answer.
+        self._waiting: set[Waiting] = set()
+        #: In-flight recorded calls by (episode key, request id key), for cancellation.
+        self.calls: dict[tuple[str, Any], RunningCall] = {}
+        #: Tools' output schemas, learnt from the tools/list answers relayed.
+        self.output_schemas: dict[str, dict[str, Any]] = {}
+        #: Whether the tools were listed (by a client, or by the proxy for itself).
+        self.listed = False
+        self._learning: anyio.Event | None = None
+
+    def slot(self, key: str, outer: TaskGroup | None = None) -> EpisodeSlot:
+        """The episode of a session (or of a stateless case id), created on first use."""
+        slot = self._slots.get(key)
+        if slot is None:
+            meta = {"transport": "streamable-http", "server": self.upstream}
+            if key.startswith("session:"):
+                meta["session_id"] = key.removeprefix("session:")
+            slot = self._slots[key] = EpisodeSlot(
+                self.sandbox,
+                outer or self._outer,
+                case_id=self.case_id,
+                agent=self.agent,
+                meta=meta,
+            )
+        return slot
+
+    @staticmethod
+    def offer(slot: EpisodeSlot, msg: Message) -> None:
+        """Let a request name the episode's case id (and protocol revision)."""
+        slot.offer_case_id(case_id_of(msg), msg.method)
+        if (version := protocol_version_of(msg)) is not None:
+            slot.note("protocol_version", version)
+
+    def key_for(self, headers: Sequence[tuple[bytes, bytes]], msg: Message) -> str:
+        if (sid := header(headers, b"mcp-session-id")) is not None:
+            return f"session:{sid}"
+        if self.case_id is None and (case := case_id_of(msg)) is not None:
+            return f"case:{case}"
+        return "proxy"
+
+    async def _end_session(self, key: str) -> None:
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return
+        # Calls of the session still running are interrupted first (each records its
+        # step, as a cancelled call does): nothing is recorded after the episode's end.
+        running = [call for (k, _), call in list(self.calls.items()) if k == key]
+        for call in running:
+            call.scope.cancel()
+        with anyio.move_on_after(5, shield=True):
+            for call in running:
+                await call.finished.wait()
+        await slot.close()
+
+    async def learn_schemas(
+        self, url: str, headers: list[tuple[bytes, bytes]], like: Message
+    ) -> None:
+        """Ask the server for its tools (once) before the proxy answers a call itself.
+
+        A client validates a result against the tool's output schema and may list the
+        tools only after its first call (the official SDK does): a stand-in result must
+        carry structure that fits. The request goes with the client's headers (session,
+        protocol revision), its per-request method headers rewritten; the answers are
+        the proxy's own.
+        """
+        if self._learning is not None:  # another call is asking: wait for its answer
+            await self._learning.wait()
+            return
+        self._learning = anyio.Event()
+        try:
+            await self._learn(url, headers, like)
+        finally:
+            self.listed = True
+            self._learning.set()
+
+    async def _learn(self, url: str, headers: list[tuple[bytes, bytes]], like: Message) -> None:
+        plain = [(n, v) for n, v in headers if n.lower() not in _PER_REQUEST]
+        if any(n.lower() == b"mcp-method" for n, _ in headers):
+            plain.append((b"Mcp-Method", b"tools/list"))
+
+        async def fetch(rid: str, cursor: Any) -> Any:
+            body = listing_request(rid, cursor, like)
+            try:
+                response = await self.client.post(url, headers=plain, content=body)
+            except httpx.HTTPError:
+                return None
+            if not response.is_success:
+                return None
+            ctype = response.headers.get("content-type", "")
+            return listing_result(response.content, ctype, rid)
+
+        with anyio.move_on_after(self.timeout or 30):
+            self.output_schemas.update(await listed_schemas(fetch))
+
+    async def cancel_upstream(
+        self, url: str, headers: list[tuple[bytes, bytes]], request_id: Any, reason: str
+    ) -> None:
+        """Tell the server the proxy gave up on ``request_id`` (best effort, bounded)."""
+        body = cancelled_message(request_id, reason)
+        with anyio.move_on_after(2), contextlib.suppress(httpx.HTTPError):
+            await (await self.client.post(url, headers=headers, content=body)).aclose()
