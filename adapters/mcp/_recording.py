@@ -155,8 +155,8 @@ class CallState:
         mcp.update(self.extra_meta)
 
         if outcome == "interrupted" and self.stopped is not None:
-            # The proxy is stopping: the client is told (see _Session.stop), and the
-            # record says so.
+            # The proxy is stopping: the client is told (see Session.stop in
+            # _stdio_session.py), and the record says so.
             self.reply_kind = "error"
             self.reply = error_message(
                 self.request_id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stopped}"

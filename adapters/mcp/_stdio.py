@@ -30,6 +30,11 @@ is told ``notifications/cancelled``, a late answer is dropped, and the episode e
 ``aborted`` (a hung server is an infrastructure failure: the run should be repeated,
 not compared). When the client hangs up, the server's stdin is closed, as an MCP client
 would, and the server is given ``grace`` seconds to exit before it is terminated.
+
+The session is built in layers, one module each: ``_stdio_base.py`` (the state every
+part shares, the writes to either side, the replies), ``_stdio_calls.py`` (the
+``tools/call`` paths and the deadline watcher) and ``_stdio_session.py`` (the pumps, the
+stop, the wind-down). This module spawns the server and runs one session with it.
 """
 
 from __future__ import annotations

@@ -24,13 +24,7 @@ from litmus_sandbox._runtime.open_call import Finalize
 
 from ._episodes import EpisodeSlot
 from ._fdstream import FdSendStream
-from ._jsonrpc import (
-    CONNECTION_CLOSED,
-    cancelled_message,
-    error_message,
-    id_key,
-    no_answer,
-)
+from ._jsonrpc import CONNECTION_CLOSED, cancelled_message, error_message, id_key, no_answer
 from ._recording import CallState, UpstreamGone
 
 
