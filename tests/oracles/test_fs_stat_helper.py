@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from litmus_sandbox.oracles.fs import _stat_helper as _fs_stat_helper
+from litmus_sandbox.oracles.fs._entry import Snapshot
 from litmus_sandbox.oracles.fs._probe import diff
-from litmus_sandbox.oracles.fs._snapshot import Snapshot, Walker
+from litmus_sandbox.oracles.fs._snapshot import Walker
 from litmus_sandbox.oracles.fs._stat_helper import StatHelper, shared_helper
 from litmus_sandbox.oracles.fs._stat_worker import list_dirs
 

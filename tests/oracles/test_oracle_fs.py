@@ -908,7 +908,7 @@ async def test_default_tripwires_see_into_directories_beside_the_root(base: Path
 def test_an_entry_that_could_not_be_read_says_so_in_its_effect(root: Path) -> None:
     """Content unknown (no hash) is marked with the reason, created or modified alike."""
     from litmus_sandbox.oracles.fs._diff import effects_for
-    from litmus_sandbox.oracles.fs._snapshot import Entry
+    from litmus_sandbox.oracles.fs._entry import Entry
 
     (root / "f").write_bytes(b"x")
     st = os.lstat(root / "f")

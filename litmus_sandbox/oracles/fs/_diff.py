@@ -9,7 +9,7 @@ between two snapshots of one tree, by identity first, since walks reuse the
 from __future__ import annotations
 
 from litmus_sandbox._model.records import FsEffect
-from litmus_sandbox.oracles.fs._snapshot import Entry, Snapshot
+from litmus_sandbox.oracles.fs._entry import Entry, Snapshot
 
 __all__ = ["changes", "diff", "display_path", "effects_for"]
 

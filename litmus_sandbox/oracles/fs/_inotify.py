@@ -4,7 +4,7 @@ The directories beside a root in a busy temp dir can number hundreds: watchdog w
 a thread per directory. Here one non-blocking inotify descriptor watches them all, and
 is read at each boundary of a call, synchronously: the kernel queues an event when the
 change is made, so by the time a tool returns, what it did is in the queue and lands on
-its call. Events only name what to rescan (:class:`~._fs_watch.Hints`); the snapshot
+its call. Events only name what to rescan (:class:`~._watch.Hints`); the snapshot
 decides what changed. Linux only: elsewhere, or when the kernel refuses (the watch
 limit), :meth:`InotifyTops.open` returns None and the caller falls back to checking the
 directories when it finishes.

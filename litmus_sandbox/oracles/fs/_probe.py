@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-:class:`FsProbe` keeps a live :class:`Snapshot` of the sandbox root (see
-``_fs_snapshot.py`` for the entry key, hashing and racy entries) and refreshes it at every
+:class:`FsProbe` keeps a live :class:`Snapshot` of the sandbox root (see ``_entry.py``
+for the entry key and racy entries, ``_read.py`` for hashing) and refreshes it at every
 call boundary. Changes seen by a refresh belong to every call in flight at that moment
 (a *window* per call, opened by ``before_call`` and closed by ``after_call``); changes seen
 while no call is in flight belong to nobody and are returned by ``finish()``, with
@@ -11,10 +11,10 @@ whatever the end-of-episode verification pass finds: a full walk of everything, 
 does not trust watchdog at all.
 
 Between boundaries, a watchdog observer on the root marks dirty paths and directories, so
-that a boundary rescans only those (``_fs_tree.py``); a barrier makes sure the events of
+that a boundary rescans only those (``_tree.py``); a barrier makes sure the events of
 a finished call have been handled first, and any sign that events were lost (inotify
 queue overflow, an error, a barrier timing out) turns the next refresh into a full walk
-(``_fs_watch.py``). With ``use_watchdog=False`` every boundary is a full walk: slower, and
+(``_watch.py``). With ``use_watchdog=False`` every boundary is a full walk: slower, and
 the same effects.
 
 Effects are :class:`FsEffect` records, one per path (two for a change of entry type):
@@ -69,8 +69,9 @@ import anyio.to_thread
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Effects, FsEffect
 from litmus_sandbox.oracles.fs._diff import diff as _diff
+from litmus_sandbox.oracles.fs._entry import Entry, Snapshot
 from litmus_sandbox.oracles.fs._inotify import InotifyTops
-from litmus_sandbox.oracles.fs._snapshot import Entry, Snapshot, Walker
+from litmus_sandbox.oracles.fs._snapshot import Walker
 from litmus_sandbox.oracles.fs._tree import Change, Tree, merge_change, window_effects
 from litmus_sandbox.oracles.fs._tripwires import (
     DEFAULT_TRIPWIRE_MAX_ENTRIES,

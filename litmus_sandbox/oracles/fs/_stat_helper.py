@@ -3,7 +3,7 @@
 A full verification walk is bound by one ``lstat`` system call per entry, and CPython
 runs the Python half of each in one thread at a time: threads do not overlap them (git
 uses threads for the same work because C can). A second process can: it lists and
-``lstat``-s part of the directories (:mod:`._fs_stat_worker`) while this process walks
+``lstat``-s part of the directories (:mod:`._stat_worker`) while this process walks
 the rest, then sends back compact rows that are cheap to compare with the previous
 snapshot.
 
@@ -49,7 +49,7 @@ def helper_cpus() -> int:
 class StatHelper:
     """One helper process; see the module docstring.
 
-    ``command`` runs the worker (default: this Python on :mod:`._fs_stat_worker`);
+    ``command`` runs the worker (default: this Python on :mod:`._stat_worker`);
     ``timeout`` is how long a walk waits for its answer before doing the share itself.
     """
 

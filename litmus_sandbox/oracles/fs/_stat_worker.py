@@ -1,7 +1,7 @@
 """The stat helper process: lists directories and ``lstat``-s their entries.
 
-Run by path (``python -I -S _fs_stat_worker.py``), so it imports nothing but the standard
-library and starts in a few milliseconds. :mod:`._fs_stat_helper` talks to it over its
+Run by path (``python -I -S _stat_worker.py``), so it imports nothing but the standard
+library and starts in a few milliseconds. :mod:`._stat_helper` talks to it over its
 standard input and output; it exits when its input closes (which the kernel does for it
 when the parent dies).
 
@@ -11,10 +11,11 @@ Each message, both ways, is a 4-byte little-endian length and a :mod:`marshal` p
 * response: one item per requested directory, in order: ``(rel, rows)`` when listed,
   ``(rel, None)`` when there is no directory at that path any more (gone, or a component
   replaced by a file or a symlink: paths are opened one component at a time and never
-  through a symlink), ``(rel, "unlistable: ...")`` when it cannot be listed. A row is ``(name, stat, mtime_ns, ctime_ns)``, where ``stat`` is the tuple part
-  of the entry's ``os.stat_result`` (mode, inode, device, nlink, uid, gid, size and whole
-  seconds of atime, mtime and ctime), or ``(name, None, 0, 0)`` when ``lstat`` failed for
-  another reason than the entry being gone.
+  through a symlink), ``(rel, "unlistable: ...")`` when it cannot be listed. A row is
+  ``(name, stat, mtime_ns, ctime_ns)``, where ``stat`` is the tuple part of the entry's
+  ``os.stat_result`` (mode, inode, device, nlink, uid, gid, size and whole seconds of
+  atime, mtime and ctime), or ``(name, None, 0, 0)`` when ``lstat`` failed for another
+  reason than the entry being gone.
 
 The worker only reads metadata: it never opens a file, follows a symlink it lists, or
 descends into a directory it was not asked for.

@@ -23,13 +23,8 @@ from collections.abc import Iterable
 
 from litmus_sandbox._model.records import FsEffect
 from litmus_sandbox.oracles.fs._diff import changes, effects_for
-from litmus_sandbox.oracles.fs._snapshot import (
-    COARSE_WINDOW_NS,
-    Entry,
-    Snapshot,
-    Walker,
-    path_depth,
-)
+from litmus_sandbox.oracles.fs._entry import COARSE_WINDOW_NS, Entry, Snapshot, path_depth
+from litmus_sandbox.oracles.fs._snapshot import Walker
 
 __all__ = ["Change", "Tree", "merge_change", "window_effects"]
 

@@ -14,7 +14,7 @@ there are more than a few of them, or the parent is itself a tripwire (a root ma
 ``mkdtemp()`` right in the temp dir), they are planned ``at_end``: each one level deep,
 never given a watchdog thread or a rescan at every boundary (hundreds would cost every
 call). The probe watches them through one inotify descriptor it reads at each boundary
-(``_fs_inotify``), or, where it cannot, compares them with their baseline when finishing.
+(``_inotify``), or, where it cannot, compares them with their baseline when finishing.
 """
 
 from __future__ import annotations
