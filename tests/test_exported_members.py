@@ -14,3 +14,10 @@ def test_all_matches_public_names() -> None:
 def test_every_exported_name_resolves() -> None:
     for name in litmus_sandbox.__all__:
         assert getattr(litmus_sandbox, name) is not None, name
+
+
+def test_reports_all_matches_public_names() -> None:
+    from litmus_sandbox import reports
+
+    public = {n for n in dir(reports) if not n.startswith("_")} - {"annotations"}
+    assert set(reports.__all__) == public
