@@ -12,11 +12,11 @@ Get one from ``EpisodeRecorder.begin_call``, which says when a call qualifies.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from litmus_sandbox._model.records import SCHEMA_VERSION, ToolCallStep
+from litmus_sandbox._model.records import ToolCallStep
+from litmus_sandbox._runtime.steps import CallSteps
 from litmus_sandbox._runtime.tool_calls import (
     CallOutcome,
     raised_outcome,
@@ -24,10 +24,10 @@ from litmus_sandbox._runtime.tool_calls import (
     timeout_outcome,
 )
 
-if TYPE_CHECKING:
-    from litmus_sandbox._runtime.sandbox import EpisodeRecorder
-
 Finalize = Callable[[ToolCallStep], ToolCallStep]
+#: Records a finished call's step: numbers it, adds what the probes saw, lets
+#: ``finalize`` annotate it, writes it; returns it as written (``record_inline``).
+RecordStep = Callable[[ToolCallStep, Finalize | None], ToolCallStep]
 
 
 class OpenCall:
@@ -35,23 +35,24 @@ class OpenCall:
 
     Each returns the step as written; ``finalize``, if given, sees the step just before
     it is written and may return it annotated (as with ``call_with``).
+
+    Args:
+        call: the call's step builder (its id, tool, arguments and start).
+        limit: seconds the call may take (None: no limit).
+        cap: ``max_result_bytes``: a larger result is recorded capped.
+        record: records the finished step (the episode recorder's ``record_inline``).
     """
 
-    def __init__(
-        self,
-        recorder: EpisodeRecorder,
-        call_id: str,
-        tool: str,
-        args: dict[str, Any],
-        limit: float | None,
-    ) -> None:
-        self._recorder = recorder
-        self.call_id = call_id
-        self.tool = tool
-        self.args = args
+    def __init__(self, call: CallSteps, limit: float | None, cap: int, record: RecordStep) -> None:
+        self._call = call
+        self._cap = cap
+        self._record = record
+        self.call_id = call.call_id
+        self.tool = call.tool
+        self.args: dict[str, Any] = call.args
         #: Seconds the call may take (the tool's timeout, else the sandbox's; None: no limit).
         self.limit = limit
-        self.started = time.time()
+        self.started = call.started
         self._finished = False
 
     def done(self, value: Any, finalize: Finalize | None = None) -> ToolCallStep:
@@ -75,39 +76,14 @@ class OpenCall:
     def interrupted(self, finalize: Finalize | None = None) -> ToolCallStep:
         """The call was cancelled before it ended (the agent was shown nothing)."""
         self._claim()
-        rec = self._recorder
-        step = rec._interrupted(self.call_id, self.tool, self.args, "real", self.started)
-        return self._write(step, finalize)
+        return self._record(self._call.interrupted("real"), finalize)
 
     def _finish(self, outcome: CallOutcome, finalize: Finalize | None) -> ToolCallStep:
         self._claim()
-        rec = self._recorder
-        shown, actual, meta = real_parts(outcome, rec.sandbox.max_result_bytes, self.limit)
-        step = ToolCallStep(
-            v=SCHEMA_VERSION,
-            episode_id=rec.episode_id,
-            index=rec._index(),
-            call_id=self.call_id,
-            tool=self.tool,
-            args=self.args,
-            fidelity="real",
-            shown=shown,
-            actual=actual,
-            started_at=self.started,
-            ended_at=time.time(),
-            meta=meta,
-        )
-        return self._write(step, finalize)
+        shown, actual, meta = real_parts(outcome, self._cap, self.limit)
+        return self._record(self._call.step("real", shown, actual, meta), finalize)
 
     def _claim(self) -> None:
         if self._finished:
             raise RuntimeError(f"call {self.call_id} is already finished")
         self._finished = True
-
-    def _write(self, step: ToolCallStep, finalize: Finalize | None) -> ToolCallStep:
-        step = self._recorder._close_windows(self.call_id, step)  # closed whatever comes
-        self._recorder._require_open()
-        if finalize is not None:
-            step = finalize(step)
-        self._recorder.sandbox._write_now(step)
-        return step

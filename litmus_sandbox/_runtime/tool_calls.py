@@ -12,7 +12,7 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import msgspec
@@ -109,15 +109,6 @@ def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:
     return data[:cap].decode(errors="ignore"), whole
 
 
-FIDELITY_OF_MODE = {
-    "real": "real",
-    "stub": "stubbed",
-    "swallow": "swallowed",
-    "deny": "denied",
-    "replay": "replayed",
-}
-
-
 def shown_value(shown: Shown) -> Any:
     """What a tool result gives the agent as its value: structured content, else text."""
     if shown.structured is not None:
@@ -126,7 +117,9 @@ def shown_value(shown: Shown) -> Any:
 
 
 class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str
+    """How a call that ran for real ended: it returned ``value``, raised, or timed out."""
+
+    kind: Literal["returned", "raised", "timeout"]
     value: Any = None
     error_type: str | None = None
     error_message: str | None = None
@@ -135,10 +128,10 @@ class CallOutcome(msgspec.Struct, frozen=True, kw_only=True):
 async def invoke_tool(
     fn: Callable[..., Any],
     args: dict[str, Any],
-    threads: list[threading.Event] | None = None,
+    on_thread: Callable[[threading.Event], None] | None = None,
 ) -> CallOutcome:
-    """Run a tool. A sync tool runs in a worker thread; with ``threads``, an event set
-    when that thread ends is appended to it (a thread abandoned at a timeout runs on)."""
+    """Run a tool. A sync tool runs in a worker thread; with ``on_thread``, it is given an
+    event set when that thread ends (a thread abandoned at a timeout runs on)."""
     try:
         if inspect.iscoroutinefunction(fn):
             value = await fn(**args)
@@ -153,8 +146,8 @@ async def invoke_tool(
                 finally:
                     ended.set()
 
-            if threads is not None:
-                threads.append(ended)
+            if on_thread is not None:
+                on_thread(ended)
             value = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
             if inspect.isawaitable(value):
                 value = await value
@@ -179,13 +172,14 @@ async def run_tool(
     fn: Callable[..., Any],
     args: dict[str, Any],
     limit: float | None,
-    threads: list[threading.Event] | None = None,
+    on_thread: Callable[[threading.Event], None] | None = None,
 ) -> CallOutcome:
+    """Run a tool within ``limit`` seconds (None: no limit); see :func:`invoke_tool`."""
     if limit is None:
         # No cancel scope on the hot path when unbounded.
-        return await invoke_tool(fn, args, threads)
+        return await invoke_tool(fn, args, on_thread)
     with anyio.move_on_after(limit):
-        return await invoke_tool(fn, args, threads)
+        return await invoke_tool(fn, args, on_thread)
     # Only reached when the timeout cancelled the call.
     return timeout_outcome(limit)
 

@@ -177,7 +177,7 @@ def test_stale_proxy_socket_folders_are_swept() -> None:
     import socket
     import tempfile
 
-    from litmus_sandbox._runtime.sandbox import _socket_dir
+    from litmus_sandbox._runtime.processes import socket_dir
 
     top = tempfile.gettempdir()
     stale = tempfile.mkdtemp(prefix="litmus-egress-", dir=top)
@@ -189,7 +189,7 @@ def test_stale_proxy_socket_folders_are_swept() -> None:
         listening.listen()
         for folder in (stale, live):
             os.utime(folder, (1, 1))  # both old enough to be looked at
-        fresh = _socket_dir()
+        fresh = socket_dir()
         try:
             assert not os.path.exists(stale)
             assert os.path.exists(live)
