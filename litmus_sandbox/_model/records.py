@@ -25,9 +25,9 @@ import msgspec
 
 #: Version of the record schema this library writes and fully understands.
 SCHEMA_VERSION = 1
-#: ``v`` of a record this version can read: decoding a newer one fails validation, so the
-#: fast whole-file paths fall back to the per-line reader, which names the newer version.
-ReadableVersion = Annotated[int, msgspec.Meta(le=SCHEMA_VERSION)]
+#: ``v`` of a record this version can read: decoding a newer one (or one below 1) fails
+#: validation, so the fast paths fall back to the per-line reader, which names the problem.
+ReadableVersion = Annotated[int, msgspec.Meta(ge=1, le=SCHEMA_VERSION)]
 
 Fidelity = Literal["real", "stubbed", "replayed", "swallowed", "denied"]
 FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "swallowed", "denied")
@@ -35,6 +35,21 @@ FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "swallowed", "deni
 #: Fidelity modes a policy can configure for a tool (``tool_modes`` in headers).
 ToolMode = Literal["real", "stub", "swallow", "deny", "replay"]
 TOOL_MODES: tuple[str, ...] = ("real", "stub", "swallow", "deny", "replay")
+
+# Closed vocabularies of stored records, checked when a record is read (like Fidelity):
+# each is written only by this library, and every value it ever wrote is listed, so every
+# file written before still reads; a new value is a schema change (a newer ``v``).
+#: What really happened behind a call (:class:`Actual`), when it differs from what was shown.
+ActualOutcome = Literal["returned", "raised", "timeout", "dropped", "interrupted", "not_run"]
+#: One filesystem change (:class:`FsEffect`).
+FsOp = Literal["created", "modified", "deleted", "metadata", "symlink"]
+#: What the egress policy (or the replay of a cassette) did with a request
+#: (:class:`EgressEvent`): the rule's mode, ``blocked`` (a direct connection the namespace
+#: refused), or how a replayed request was served.
+EgressDecision = Literal["allow", "deny", "stub", "blocked", "replayed", "replay_miss"]
+#: What the side-effect oracle concludes (:class:`Finding`).
+FindingCode = Literal["stub_leak", "hidden_effect", "unattributed_effect", "escape"]
+FINDING_CODES: tuple[str, ...] = ("stub_leak", "hidden_effect", "unattributed_effect", "escape")
 
 Role = Literal["user", "assistant", "system", "tool"]
 EndStatus = Literal["complete", "aborted"]
@@ -111,7 +126,7 @@ class Actual(msgspec.Struct, frozen=True, kw_only=True):
     call that never ran), ``interrupted`` (cancelled mid-call), ``not_run``.
     """
 
-    outcome: str
+    outcome: ActualOutcome
     value: Any = None
     error_type: str | None = None
     error_message: str | None = None
@@ -123,7 +138,7 @@ class Actual(msgspec.Struct, frozen=True, kw_only=True):
 class FsEffect(msgspec.Struct, frozen=True, kw_only=True):
     """One filesystem change: ``created``, ``modified``, ``deleted``, ``metadata``, ``symlink``."""
 
-    op: str
+    op: FsOp
     path: str
     entry: str = "file"
     before_sha256: str | None = None
@@ -148,7 +163,7 @@ class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     request_bytes: int = 0
     response_bytes: int = 0
     status: int | None = None
-    decision: str = "allow"
+    decision: EgressDecision = "allow"
     sni: str | None = None
     #: The whole URL (``scheme://host[:port]path``; a CONNECT tunnel has no path).
     url: str | None = None

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -57,7 +57,7 @@ from litmus_sandbox._config.egress import denied_body as denied_body
 from litmus_sandbox._config.egress import normalize_host as normalize_host
 from litmus_sandbox._config.egress import split_host_port as split_host_port
 from litmus_sandbox._model.errors import ConfigError
-from litmus_sandbox._model.records import Effects, EgressEvent
+from litmus_sandbox._model.records import Effects, EgressDecision, EgressEvent
 from litmus_sandbox.oracles.egress._replay import (
     REPLAY_ON_MISS,
     HttpCassette,
@@ -137,7 +137,7 @@ class EgressFlow:
             request_bytes=self.request_bytes,
             response_bytes=self.response_bytes,
             status=self.status,
-            decision=self.decision,
+            decision=cast("EgressDecision", self.decision),  # set from a rule or a replay
             sni=self.sni,
             url=self.url,
         )

@@ -8,7 +8,7 @@ between two snapshots of one tree, by identity first, since walks reuse the
 
 from __future__ import annotations
 
-from litmus_sandbox._model.records import FsEffect
+from litmus_sandbox._model.records import FsEffect, FsOp
 from litmus_sandbox.oracles.fs._entry import Entry, Snapshot
 
 __all__ = ["changes", "diff", "display_path", "effects_for"]
@@ -97,6 +97,7 @@ def effects_for(path: str, old: Entry | None, new: Entry | None) -> list[FsEffec
             )
         ]
     is_file = kind == "file"
+    op: FsOp
     if is_file and _content_changed(old, new):
         op = "modified"
     elif old.mode != new.mode:

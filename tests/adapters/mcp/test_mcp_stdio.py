@@ -476,7 +476,10 @@ async def test_a_stop_answers_a_call_not_yet_in_flight(
     process = await open_proxy(tmp_path, "--policy", str(policy), "--no-watch-fs", "--no-egress")
     client = RawClient(process)
     await client.send(tool_call(1, "echo", {"text": "x"}))
-    await anyio.sleep(0.5)  # the proxy is listing the tools before it answers
+    with anyio.fail_after(20):  # the proxy is listing the tools before it answers
+        # ASYNC110: the condition is a file the server process writes, no event to wait on.
+        while b'"method":"tools/list"' not in server_log(tmp_path, "in"):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     error = await client.recv_json()
     assert error["id"] == 1
