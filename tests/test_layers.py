@@ -104,8 +104,8 @@ from litmus_sandbox import (
     read_episodes, iter_episodes, read_verdicts, write_verdicts, JsonlWriter, VerdictStream,
 )
 print(json.dumps({"by_import": loaded_by_import,
-                  "io": [m for m in %r if m in sys.modules]}))
-""" % (IO_LIBRARIES,)
+                  "io": [m for m in IO_LIBRARIES if m in sys.modules]}))
+""".replace("IO_LIBRARIES", repr(IO_LIBRARIES))
 
 
 def test_the_core_loads_no_io_library() -> None:
