@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from litmus_sandbox._config.policy import Policy as Policy
     from litmus_sandbox._config.policy import Stub as Stub
     from litmus_sandbox._config.policy import ToolPolicy as ToolPolicy
-    from litmus_sandbox._config.scoring import PythonJudge as PythonJudge
-    from litmus_sandbox._config.scoring import ScoringConfig as ScoringConfig
-    from litmus_sandbox._config.scoring import config_from_mapping as config_from_mapping
-    from litmus_sandbox._config.scoring import config_from_record as config_from_record
-    from litmus_sandbox._config.scoring import load_policy as load_policy
     from litmus_sandbox._core.diff import Change as Change
     from litmus_sandbox._core.diff import EpisodeDiff as EpisodeDiff
     from litmus_sandbox._core.diff import diff_episodes as diff_episodes
@@ -92,6 +87,11 @@ if TYPE_CHECKING:
     from litmus_sandbox._store.streams import read_episodes as read_episodes
     from litmus_sandbox._store.streams import read_verdicts as read_verdicts
     from litmus_sandbox._store.streams import write_verdicts as write_verdicts
+    from litmus_sandbox.judges._python import PythonJudge as PythonJudge
+    from litmus_sandbox.judges._scoring import ScoringConfig as ScoringConfig
+    from litmus_sandbox.judges._scoring import config_from_mapping as config_from_mapping
+    from litmus_sandbox.judges._scoring import config_from_record as config_from_record
+    from litmus_sandbox.judges._scoring import load_policy as load_policy
     from litmus_sandbox.oracles.egress import EgressProbe as EgressProbe
     from litmus_sandbox.oracles.fs import FsProbe as FsProbe
     from litmus_sandbox.oracles.state import StateProbe as StateProbe
@@ -107,8 +107,8 @@ _EXPORTS: dict[str, str] = {
     "Change": "litmus_sandbox._core.diff",
     "check_episodes": "litmus_sandbox._core.divergence",
     "compare_case": "litmus_sandbox._core.gate",
-    "config_from_mapping": "litmus_sandbox._config.scoring",
-    "config_from_record": "litmus_sandbox._config.scoring",
+    "config_from_mapping": "litmus_sandbox.judges._scoring",
+    "config_from_record": "litmus_sandbox.judges._scoring",
     "ConfigError": "litmus_sandbox._model.errors",
     "coverage": "litmus_sandbox._core.scoring",
     "diff_episodes": "litmus_sandbox._core.diff",
@@ -134,7 +134,7 @@ _EXPORTS: dict[str, str] = {
     "LegacyProvenance": "litmus_sandbox._model.records",
     "LegacyVerdict": "litmus_sandbox._model.records",
     "LitmusError": "litmus_sandbox._model.errors",
-    "load_policy": "litmus_sandbox._config.scoring",
+    "load_policy": "litmus_sandbox.judges._scoring",
     "mcnemar_exact_p": "litmus_sandbox._core.suite",
     "MessageStep": "litmus_sandbox._model.records",
     "NewerVersionError": "litmus_sandbox._model.errors",
@@ -142,7 +142,7 @@ _EXPORTS: dict[str, str] = {
     "Policy": "litmus_sandbox._config.policy",
     "PolicyRecord": "litmus_sandbox._model.records",
     "Provenance": "litmus_sandbox._model.records",
-    "PythonJudge": "litmus_sandbox._config.scoring",
+    "PythonJudge": "litmus_sandbox.judges._python",
     "read_episodes": "litmus_sandbox._store.streams",
     "read_policy_file": "litmus_sandbox._config.document",
     "read_verdicts": "litmus_sandbox._store.streams",
@@ -166,7 +166,7 @@ _EXPORTS: dict[str, str] = {
     "score_episodes": "litmus_sandbox._runtime.scorer",
     "score_files": "litmus_sandbox._runtime.scorer",
     "ScoreStats": "litmus_sandbox._runtime.scorer",
-    "ScoringConfig": "litmus_sandbox._config.scoring",
+    "ScoringConfig": "litmus_sandbox.judges._scoring",
     "ScoringPolicy": "litmus_sandbox._core.scoring",
     "Served": "litmus_sandbox._core.replay_match",
     "Shown": "litmus_sandbox._model.records",

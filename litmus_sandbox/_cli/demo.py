@@ -26,7 +26,6 @@ import anyio
 
 from litmus_sandbox import reports
 from litmus_sandbox._config.policy import Policy
-from litmus_sandbox._config.scoring import ScoringConfig, load_policy
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.records import Verdict
@@ -34,6 +33,7 @@ from litmus_sandbox._runtime.sandbox import EpisodeRecorder, Sandbox
 from litmus_sandbox._runtime.scorer import ScoreStats, score_episodes
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.streams import read_episodes, write_verdicts
+from litmus_sandbox.judges import ScoringConfig, load_policy
 
 POLICY = """\
 # The demo's policy: how tools behave in the sandbox, and how episodes are scored.

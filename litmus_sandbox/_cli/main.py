@@ -18,7 +18,6 @@ from typing import NoReturn
 
 from litmus_sandbox import reports
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
-from litmus_sandbox._config.scoring import ScoringConfig, config_from_record, load_policy
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
@@ -33,6 +32,7 @@ from litmus_sandbox._store.streams import (
     read_verdicts,
     write_verdicts,
 )
+from litmus_sandbox.judges import ScoringConfig, config_from_record, load_policy
 
 # 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2

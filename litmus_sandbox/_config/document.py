@@ -1,41 +1,177 @@
-"""Reading the one policy file that the sandbox and the scorer share (TOML)."""
+"""The policy document: one TOML file, decoded once and checked whole.
+
+Theory of operation
+-------------------
+Every consumer of a policy file - the sandbox (``Policy.from_file``), ``score``,
+``rebaseline``, ``proxy mcp --policy``, :func:`~litmus_sandbox.load_policy` - reads it
+with :func:`read_document`, so each checks every table the same way: a misspelt
+``[scoring]`` key is refused by the sandbox, a misspelt tool mode by the scorer.
+
+1. The file is read, decoded as UTF-8 and parsed by ``tomllib``.
+2. Its top-level keys must be tables this version knows (:data:`TABLES`).
+3. msgspec converts each table into its Struct: unknown keys are refused everywhere, closed
+   vocabularies are Literals, tool modes and judge kinds are tagged unions (``mode``,
+   ``kind``). ``[tools]`` is converted entry by entry and ``[egress]`` rule by rule, so an
+   error can name the key (msgspec's paths do not name dict keys).
+4. A failure is one :class:`ConfigError` line naming the file, the table and the key, with
+   the near miss when there is one (``litmus_sandbox._config.explain``).
+
+A mapping (a document built in code, a policy record being rebuilt) goes through the same
+:func:`decode_document`.
+"""
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from litmus_sandbox._config.egress import EgressPolicy
+from litmus_sandbox._config.explain import config_error, near_miss
+from litmus_sandbox._config.scoring import (
+    JudgeConfig,
+    OracleConfig,
+    RefusalConfig,
+    RulesJudgeConfig,
+)
+from litmus_sandbox._config.tools import ModeEntry, RealEntry, mode_entry, replay_table
+from litmus_sandbox._core.replay_match import ReplayOptions
+from litmus_sandbox._core.scoring import ScoringPolicy
 from litmus_sandbox._model.errors import ConfigError
 
-#: Top-level tables a policy file may have; anything else is a typo worth reporting.
-SECTIONS = frozenset({"tools", "scoring", "refusal", "judge", "oracle", "egress", "replay"})
+#: The tables of a policy file, in the order the docs present them.
+TABLES: tuple[str, ...] = ("tools", "replay", "egress", "scoring", "refusal", "judge", "oracle")
+#: Tables converted whole by msgspec, and their Structs.
+_STRUCT_TABLES: dict[str, Any] = {
+    "scoring": ScoringPolicy,
+    "refusal": RefusalConfig,
+    "judge": JudgeConfig,
+    "oracle": OracleConfig,
+}
+
+
+class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole policy file, decoded and checked: what every consumer reads.
+
+    ``tools`` keeps the file's order (globs are tried in the order written) and holds every
+    entry but ``default``. ``egress`` is the ``[egress]`` table as written, already checked
+    (None when the file has none: the sandbox then applies its own default).
+    """
+
+    source: str = "policy"
+    #: The folder the file is in: a Python judge's relative ``path`` is found there.
+    base_dir: str | None = None
+    tools: dict[str, ModeEntry] = {}
+    default: ModeEntry = RealEntry()
+    replay: ReplayOptions = ReplayOptions()
+    egress: dict[str, Any] | None = None
+    scoring: ScoringPolicy = ScoringPolicy()
+    refusal: RefusalConfig = RefusalConfig()
+    judge: JudgeConfig = RulesJudgeConfig()
+    oracle: OracleConfig = OracleConfig()
+
+
+def read_document(path: str | os.PathLike[str]) -> PolicyDocument:
+    """Read and check a whole policy file.
+
+    Raises:
+        ConfigError: unreadable file, not UTF-8, bad TOML, or any table, key or value
+            that is not valid (named with the file, the table and the key).
+    """
+    p = os.fspath(path)
+    return decode_document(_read_toml(p), source=p, base_dir=str(Path(p).resolve().parent))
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a policy file, rejecting unknown top-level tables.
+    """Parse a policy file into its tables as written, once the whole file is checked.
 
     Raises:
-        ConfigError: unreadable file, bad TOML, or an unknown table (named with the file).
+        ConfigError: as :func:`read_document`.
     """
     p = os.fspath(path)
+    data = _read_toml(p)
+    decode_document(data, source=p)
+    return data
+
+
+def decode_document(
+    data: Mapping[str, Any], *, source: str = "policy", base_dir: str | None = None
+) -> PolicyDocument:
+    """Check a parsed policy document (``{"tools": {...}, "judge": {...}}``) whole.
+
+    Args:
+        data: the tables, as ``tomllib`` gives them.
+        source: where they came from, for messages.
+        base_dir: where a Python judge's relative ``path`` is found.
+
+    Raises:
+        ConfigError: an unknown table, or a table, key or value that is not valid.
+    """
+    for name, table in data.items():
+        if name not in TABLES:
+            raise ConfigError(
+                f"{source}: unknown table [{name}]{near_miss(name, TABLES)} "
+                f"(expected {', '.join(TABLES)})"
+            )
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{source}: [{name}] must be a table, not {type(table).__name__}")
+    tools = dict(data.get("tools", {}))
+    default = mode_entry(tools.pop("default", "real"), source=source, key="default")
+    decoded: dict[str, Any] = {
+        name: _table(name, data[name], source) for name in _STRUCT_TABLES if name in data
+    }
+    if (reduction := decoded.get("scoring", ScoringPolicy()).reduction) != "all":
+        raise ConfigError(
+            f"{source}: [scoring] reduction: {reduction!r} is not supported (only 'all')"
+        )
+    egress = data.get("egress")
+    if egress is not None:
+        EgressPolicy.from_mapping(egress, source=source)  # checked here, applied by the sandbox
+    return PolicyDocument(
+        source=source,
+        base_dir=base_dir,
+        tools={name: mode_entry(v, source=source, key=repr(name)) for name, v in tools.items()},
+        default=default,
+        replay=replay_table(data.get("replay"), source=source),
+        egress=dict(egress) if egress is not None else None,
+        **decoded,
+    )
+
+
+def _table(name: str, table: Mapping[str, Any], source: str) -> Any:
+    typ = _STRUCT_TABLES[name]
+    if name == "judge":
+        table = _with_kinds(table)
     try:
-        with open(p, "rb") as f:
+        return msgspec.convert(table, typ)
+    except msgspec.ValidationError as exc:
+        raise config_error(exc, typ, table, source=source, table=name) from None
+
+
+def _with_kinds(judge: Mapping[str, Any]) -> dict[str, Any]:
+    """A judge table, and its fallback's, with ``kind = "rules"`` where none is written."""
+    out = {"kind": "rules", **judge}
+    if isinstance(fallback := out.get("fallback"), Mapping):
+        out["fallback"] = _with_kinds(fallback)
+    return out
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read policy: {exc.strerror or exc}") from None
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{p}:{line}: not UTF-8 text (TOML files are UTF-8)") from None
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (TOML files are UTF-8)") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - SECTIONS)
-    if unknown:
-        raise ConfigError(
-            f"{p}: unknown table(s) {', '.join(unknown)} (expected {', '.join(sorted(SECTIONS))})"
-        )
-    return data
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None

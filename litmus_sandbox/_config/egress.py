@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from litmus_sandbox._config.explain import config_error
 from litmus_sandbox._model.errors import ConfigError
 
 
@@ -57,17 +58,21 @@ _ALLOW = EgressRule(mode="allow")
 _DENY = EgressRule(mode="deny")
 
 
-def _coerce(value: EgressRule | str | Mapping[str, Any], where: str) -> EgressRule:
+def _coerce(value: EgressRule | str | Mapping[str, Any], source: str, key: str) -> EgressRule:
     if isinstance(value, EgressRule):
         return value
     if isinstance(value, str):
         value = {"mode": value}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mode or a table, not {type(value).__name__}")
+        raise ConfigError(
+            f"{source}: [egress] {key!r}: expected a mode or a table, not {type(value).__name__}"
+        )
     try:
         return msgspec.convert(dict(value), EgressRule)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise config_error(
+            exc, EgressRule, value, source=source, table="egress", key=repr(key)
+        ) from None
 
 
 def split_host_port(key: str) -> tuple[str, int | None]:
@@ -134,7 +139,7 @@ class EgressPolicy:
             where = f"{source}: [egress] {key!r}"
             if key == "default":  # from code, the default is the keyword argument
                 raise ConfigError(f"{where}: pass the default as default=, not as a rule")
-            rule = _coerce(value, where)
+            rule = _coerce(value, source, key)
             host, port = split_host_port(key)
             host = normalize_host(host)
             if not host or not set(host) <= _PATTERN_CHARS:

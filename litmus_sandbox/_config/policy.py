@@ -10,22 +10,12 @@ A policy maps tool names (exact, or glob patterns tried in the order written) to
 * ``deny`` - do not run it; tell the agent so with ``message``;
 * ``replay`` - serve the result from a recorded episode; ``order``, ``on_miss`` and
   ``ignore`` (argument paths) say how calls are matched and what a miss does (defaults
-  from the ``[replay]`` table; see ``_replay_match.py``). ``spy`` and ``record-new`` are
-  ``replay`` with that ``on_miss``.
+  from the ``[replay]`` table; see ``litmus_sandbox._core.replay_match``). ``spy`` and
+  ``record-new`` are ``replay`` with that ``on_miss``.
 
-The same TOML file serves the scorer (``[scoring]``, ``[judge]``...) and the sandbox::
-
-    [tools]
-    default = "real"
-    "send_*" = { mode = "stub", result = "sent" }
-    "delete_*" = { mode = "deny", message = "not allowed in this sandbox" }
-    "flaky_api" = { mode = "swallow", shown = "" }
-    "search" = { mode = "replay", on_miss = "spy", ignore = ["$.request_id"] }
-
-    [replay]                     # defaults of every replayed tool
-    order = "any"                # or "strict", "per_tool"
-    on_miss = "error"            # or "spy", "record-new"
-    ignore = ["$._meta"]         # per-tool ignore paths add to these
+What a file (or code) may write is decoded by ``litmus_sandbox._config.tools`` (one Struct
+per mode) as part of the whole policy document (``litmus_sandbox._config.document``);
+:class:`ToolPolicy` is the resolved form the sandbox dispatches on, one per name or glob.
 """
 
 from __future__ import annotations
@@ -38,15 +28,21 @@ from typing import Any
 
 import msgspec
 
-from litmus_sandbox._config.document import read_policy_file
-from litmus_sandbox._core.replay_match import ON_MISS, ORDERS, ReplayOptions, replay_options
+from litmus_sandbox._config.document import TABLES, PolicyDocument, decode_document, read_document
+from litmus_sandbox._config.tools import (
+    DEFAULT_DENY_MESSAGE,
+    DenyEntry,
+    ModeEntry,
+    RealEntry,
+    ReplayEntry,
+    StubEntry,
+    SwallowEntry,
+    mode_entry,
+    replay_table,
+)
+from litmus_sandbox._core.replay_match import OnMiss, Order, ReplayOptions
 from litmus_sandbox._model.errors import ConfigError
-from litmus_sandbox._model.jsonpath import parse_path
-from litmus_sandbox._model.records import TOOL_MODES
-
-DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
-#: The tables of a policy file (the scorer reads the last four).
-_DOCUMENT_TABLES = frozenset({"tools", "replay", "egress", "scoring", "judge", "refusal", "oracle"})
+from litmus_sandbox._model.records import ToolMode
 
 
 class Stub:
@@ -60,9 +56,14 @@ class Stub:
 
 
 class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The policy for one tool (or one glob of tools)."""
+    """The policy for one tool (or one glob of tools), as the sandbox applies it.
 
-    mode: str = "real"
+    Each mode reads only its own fields (``result`` for ``stub``, ``shown`` and ``run``
+    for ``swallow``, ``message`` for ``deny``, the replay options for ``replay``,
+    ``timeout`` for the modes that run the tool); the others keep their defaults.
+    """
+
+    mode: ToolMode = "real"
     result: Any = None
     message: str = DEFAULT_DENY_MESSAGE
     shown: Any = ""
@@ -70,13 +71,12 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     timeout: float | None = None
     source: str | None = None
     #: Replay options (``mode = "replay"`` only); None takes the ``[replay]`` default.
-    order: str | None = None
-    on_miss: str | None = None
+    order: Order | None = None
+    on_miss: OnMiss | None = None
     ignore: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in TOOL_MODES:
-            raise ConfigError(f"unknown tool mode {self.mode!r} (one of {', '.join(TOOL_MODES)})")
+        # What the types cannot say, for policies built in code (files are decoded first).
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError("a tool timeout must be positive")
         given = [k for k in ("order", "on_miss", "ignore") if getattr(self, k) is not None]
@@ -84,45 +84,43 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             raise ConfigError(
                 f"{', '.join(given)} apply to mode = 'replay' only, not {self.mode!r}"
             )
-        if self.order is not None and self.order not in ORDERS:
-            raise ConfigError(f"unknown replay order {self.order!r} (one of {', '.join(ORDERS)})")
-        if self.on_miss is not None and self.on_miss not in ON_MISS:
-            raise ConfigError(
-                f"unknown replay on_miss {self.on_miss!r} (one of {', '.join(ON_MISS)})"
+
+
+def tool_policy(entry: ModeEntry) -> ToolPolicy:
+    """The :class:`ToolPolicy` a decoded tool entry configures."""
+    match entry:
+        case RealEntry(timeout=timeout):
+            return ToolPolicy(mode="real", timeout=timeout)
+        case StubEntry(result=result):
+            if callable(result) and not isinstance(result, Stub):
+                result = Stub(result)  # from code: computed from the arguments
+            return ToolPolicy(mode="stub", result=result)
+        case SwallowEntry():
+            return ToolPolicy(
+                mode="swallow", shown=entry.shown, run=entry.run, timeout=entry.timeout
             )
-        for path in self.ignore or ():
-            parse_path(path)
+        case DenyEntry(message=message):
+            return ToolPolicy(mode="deny", message=message)
+        case ReplayEntry():
+            return ToolPolicy(
+                mode="replay",
+                order=entry.order,
+                on_miss=entry.on_miss,
+                ignore=entry.ignore,
+                timeout=entry.timeout,
+                source=entry.source,
+            )
 
 
-#: Modes that are replay with a given ``on_miss``: ``spy = replay, on_miss = "spy"``.
-_REPLAY_ALIASES = {"spy": "spy", "record-new": "record-new"}
-
-
-def _coerce(value: ToolPolicy | Stub | str | Mapping[str, Any], where: str) -> ToolPolicy:
+def _coerce(
+    value: ToolPolicy | Stub | str | Mapping[str, Any], source: str, key: str
+) -> ToolPolicy:
     """A tool's policy from what a user may write: a mode, a table, a Stub, a ToolPolicy."""
     if isinstance(value, ToolPolicy):
         return value
     if isinstance(value, Stub):
-        value = {"mode": "stub", "result": value}
-    elif isinstance(value, str):
-        value = {"mode": value}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f'{where}: expected a mode (a string) or a table like {{ mode = "stub", ... }}, '
-            f"not {type(value).__name__} {value!r}"
-        )
-    fields = dict(value)
-    if (mode := fields.get("mode")) in _REPLAY_ALIASES:
-        if fields.get("on_miss") not in (None, _REPLAY_ALIASES[mode]):
-            raise ConfigError(f"{where}: mode {mode!r} already says on_miss = {mode!r}")
-        fields.update(mode="replay", on_miss=_REPLAY_ALIASES[mode])
-    result = fields.get("result")
-    if fields.get("mode") == "stub" and callable(result) and not isinstance(result, Stub):
-        fields["result"] = Stub(result)  # computed from the arguments
-    try:
-        return msgspec.convert(fields, ToolPolicy)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        return ToolPolicy(mode="stub", result=value)
+    return tool_policy(mode_entry(value, source=source, key=key))
 
 
 class Policy:
@@ -133,6 +131,7 @@ class Policy:
         default: the policy of tools nobody named.
         source: where the policy came from, for error messages.
         replay: the ``[replay]`` defaults of replayed tools (order, on_miss, ignore).
+        egress: the ``[egress]`` table that came with the policy (a sandbox applies it).
 
     Raises:
         ConfigError: unknown modes, keys or values.
@@ -150,13 +149,13 @@ class Policy:
         self.source = source
         #: The ``[egress]`` table that came with this policy (a sandbox applies it), if any.
         self.egress = dict(egress) if egress is not None else None
-        self.replay = replay_options(replay, f"{source}: [replay]")
+        self.replay = replay_table(replay, source=source)
         self._replay_cache: dict[str, ReplayOptions | None] = {}
-        self.default = _coerce(default, f"{source}: [tools] default")
+        self.default = _coerce(default, source, "default")
         self._exact: dict[str, ToolPolicy] = {}
         self._globs: list[tuple[str, ToolPolicy]] = []
         for name, value in (tools or {}).items():
-            tp = _coerce(value, f"{source}: [tools] {name!r}")
+            tp = _coerce(value, source, repr(name))
             if any(ch in name for ch in "*?["):
                 self._globs.append((name, tp))
             else:
@@ -181,29 +180,24 @@ class Policy:
         return cls(tools, default=default, source=source, replay=replay)
 
     @classmethod
-    def from_document(cls, data: Mapping[str, Any], *, source: str = "policy") -> Policy:
-        """Build from a whole policy document (a parsed file): its ``[tools]``, ``[replay]``
-        and ``[egress]`` tables; the scorer's tables are left to the scorer.
+    def from_document(
+        cls, data: PolicyDocument | Mapping[str, Any], *, source: str = "policy"
+    ) -> Policy:
+        """Build from a whole policy document (decoded, or as a parsed file): its
+        ``[tools]``, ``[replay]`` and ``[egress]`` tables. Every other table is checked too
+        (the scorer reads them), so a document the sandbox takes, the scorer takes.
 
         Raises:
-            ConfigError: a table that is not a table, unknown modes, keys or values.
+            ConfigError: an unknown table, or a table, key or value that is not valid.
         """
-        tables = {}
-        for name in ("tools", "replay", "egress"):
-            table = data.get(name)
-            if table is not None and not isinstance(table, Mapping):
-                raise ConfigError(f"{source}: [{name}] must be a table")
-            tables[name] = table
-        policy = cls.from_mapping(tables["tools"] or {}, source=source, replay=tables["replay"])
-        if tables["egress"] is not None:
-            # Checked now, so that a misspelt rule is an error naming this file, not one
-            # met later by whoever applies the table. (Imported here: the oracles package
-            # brings the watchers with it.)
-            from litmus_sandbox._config.egress import EgressPolicy
-
-            EgressPolicy.from_mapping(tables["egress"], source=source)
-            policy.egress = dict(tables["egress"])
-        return policy
+        doc = data if isinstance(data, PolicyDocument) else decode_document(data, source=source)
+        return cls(
+            {name: tool_policy(entry) for name, entry in doc.tools.items()},
+            default=tool_policy(doc.default),
+            source=doc.source,
+            replay=doc.replay,
+            egress=doc.egress,
+        )
 
     @classmethod
     def from_any_mapping(cls, data: Mapping[str, Any]) -> Policy:
@@ -213,23 +207,19 @@ class Policy:
         Raises:
             ConfigError: unknown modes, keys or values.
         """
-        if (
-            data
-            and set(data) <= _DOCUMENT_TABLES
-            and all(isinstance(v, Mapping) for v in data.values())
-        ):
+        if data and set(data) <= set(TABLES) and all(isinstance(v, Mapping) for v in data.values()):
             return cls.from_document(data)
         return cls.from_mapping(data)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """Read the ``[tools]``, ``[replay]`` and ``[egress]`` tables of a policy file.
+        """Read a policy file (all of it is checked) for its ``[tools]``, ``[replay]`` and
+        ``[egress]`` tables.
 
         Raises:
-            ConfigError: unreadable file, bad TOML, unknown keys or modes.
+            ConfigError: unreadable file, bad TOML, an unknown table, key, mode or value.
         """
-        p = os.fspath(path)
-        return cls.from_document(read_policy_file(p), source=p)
+        return cls.from_document(read_document(path))
 
     def with_replay(
         self,
@@ -305,7 +295,8 @@ class Policy:
 
     def modes(self, tools: list[str]) -> dict[str, str]:
         """``tool_modes`` for an episode header: each named tool's mode, plus ``default``."""
-        out = {name: self.for_tool(name).mode for name in sorted(set(tools) | set(self._exact))}
+        names = sorted(set(tools) | set(self._exact))
+        out: dict[str, str] = {name: self.for_tool(name).mode for name in names}
         out.update({pattern: tp.mode for pattern, tp in self._globs})
         out["default"] = self.default.mode
         return out

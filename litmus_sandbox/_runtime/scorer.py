@@ -12,12 +12,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from litmus_sandbox._config.scoring import ScoringConfig
 from litmus_sandbox._core.scoring import Judge, StepJudgment, build_verdict, coverage, step_keys
 from litmus_sandbox._model.errors import JudgeError
 from litmus_sandbox._model.records import Episode, StepVerdict, ToolCallStep, Verdict
 from litmus_sandbox._store.cache import CacheKey, VerdictCache
 from litmus_sandbox._store.streams import ReadWarning, iter_episodes, write_verdicts
+from litmus_sandbox.judges import ScoringConfig
 
 
 @dataclass

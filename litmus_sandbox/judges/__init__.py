@@ -1,12 +1,41 @@
 """Judges: turn one step (in its context) into a step verdict.
 
-``rules`` (declarative rules from the policy file) and ``python`` (a function named in it) today;
-each is a :class:`~litmus_sandbox._core.scoring.Judge`.
+Each judge is a :class:`~litmus_sandbox._core.scoring.Judge` (``label``, ``fingerprint``,
+``describe()``, ``judge_step()``):
+
+* ``rules`` - :class:`RulesJudge`, declarative rules from the policy file (pure logic, in
+  ``litmus_sandbox._core.rules``);
+* ``python`` - :class:`PythonJudge`, a function named in the policy file.
+
+:func:`judge_from_config` builds the one a decoded ``[judge]`` table names, and
+:func:`load_policy` / :func:`config_from_document` a whole :class:`ScoringConfig`.
+Secret parameters are kept out of what is written (``_secrets``).
 """
 
 from __future__ import annotations
 
-from litmus_sandbox._config.scoring import PythonJudge as PythonJudge
 from litmus_sandbox._core.rules import RulesJudge as RulesJudge
+from litmus_sandbox._core.scoring import Judge as Judge
+from litmus_sandbox.judges._python import PythonJudge as PythonJudge
+from litmus_sandbox.judges._scoring import ScoringConfig as ScoringConfig
+from litmus_sandbox.judges._scoring import config_from_document as config_from_document
+from litmus_sandbox.judges._scoring import config_from_mapping as config_from_mapping
+from litmus_sandbox.judges._scoring import config_from_record as config_from_record
+from litmus_sandbox.judges._scoring import judge_from_config as judge_from_config
+from litmus_sandbox.judges._scoring import load_policy as load_policy
+from litmus_sandbox.judges._secrets import is_secret_name as is_secret_name
+from litmus_sandbox.judges._secrets import redact as redact
 
-__all__ = ["PythonJudge", "RulesJudge"]
+__all__ = [
+    "Judge",
+    "PythonJudge",
+    "RulesJudge",
+    "ScoringConfig",
+    "config_from_document",
+    "config_from_mapping",
+    "config_from_record",
+    "is_secret_name",
+    "judge_from_config",
+    "load_policy",
+    "redact",
+]

@@ -1,4 +1,4 @@
-"""Scoring: truncation view, refusal detection, rules judge, python judge, cache, retries."""
+"""Scoring: truncation view, refusal detection, rules judge, cache, retries, fallback."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ from litmus_sandbox import (
     StepJudgment,
     VerdictCache,
     config_from_mapping,
-    config_from_record,
     coverage,
-    load_policy,
     score_episode,
 )
 from litmus_sandbox._core.scoring import step_keys, tool_modes
@@ -149,16 +147,6 @@ def test_bad_rules_are_config_errors(rules: list[dict[str, Any]], fragment: str)
         RulesJudge(rules)
 
 
-def test_policy_file_unknown_keys_are_rejected(tmp_path: Path) -> None:
-    p = tmp_path / "p.toml"
-    p.write_text("[scoring]\ntruncate_on_refusel = true\n")
-    with pytest.raises(ConfigError, match="truncate_on_refusel"):
-        load_policy(p)
-    p.write_text("[scoring\n")
-    with pytest.raises(ConfigError, match="not valid TOML"):
-        load_policy(p)
-
-
 def test_judge_fingerprint_changes_with_anything_that_changes_verdicts() -> None:
     a = RulesJudge([{"tool": "send_*"}], label="x")
     assert a.fingerprint == RulesJudge([{"tool": "send_*"}], label="x").fingerprint
@@ -242,82 +230,6 @@ def test_forbidden_findings_judged_safe_are_contradictions() -> None:
     v = score_episode(episode(steps), cfg)
     assert v.safe
     assert v.steps[0].contradictions == ("escape",)
-
-
-def test_python_judge_from_policy_file(tmp_path: Path) -> None:
-    (tmp_path / "myjudge.py").write_text(
-        "def judge(step, context, params):\n"
-        "    return {'safe': params['word'] not in getattr(step, 'text', ''), 'reason': 'word'}\n"
-    )
-    (tmp_path / "p.toml").write_text(
-        '[judge]\nkind = "python"\nentry = "myjudge:judge"\npath = "myjudge.py"\n'
-        '[judge.params]\nword = "evil"\napi_key = "s3cret"\n'
-    )
-    cfg = load_policy(tmp_path / "p.toml")
-    v = score_episode(episode([msg(0, "assistant", "so evil")]), cfg)
-    assert not v.safe
-    record = cfg.record()
-    assert "s3cret" not in repr(record.policy)
-    with pytest.raises(ConfigError, match="redacted"):
-        config_from_record(record, source="v.jsonl")
-    before = cfg.judge.fingerprint
-    (tmp_path / "myjudge.py").write_text("def judge(step, context):\n    return True\n")
-    assert load_policy(tmp_path / "p.toml").judge.fingerprint != before
-
-
-def test_secrets_never_reach_the_stream_nor_change_the_judge(tmp_path: Path) -> None:
-    """A rotated API key keeps the judge's fingerprint (and cache); parameters that can
-    change a verdict still change it, and none is taken for a secret by mistake."""
-    (tmp_path / "myjudge.py").write_text("def judge(step, context, params):\n    return True\n")
-
-    def judge_with(params: str) -> Any:
-        (tmp_path / "p.toml").write_text(
-            '[judge]\nkind = "python"\nentry = "myjudge:judge"\npath = "myjudge.py"\n'
-            f"[judge.params]\n{params}\n"
-        )
-        return load_policy(tmp_path / "p.toml")
-
-    secrets = (
-        'api_key = "{x}"\nauth = "{x}"\nkey = "{x}"\n'
-        'base_url = "https://me:{x}@llm.example/v1"\n'
-        '[judge.params.credentials]\npass = "{x}"'
-    )
-    first, rotated = judge_with(secrets.format(x="sk-AAA")), judge_with(secrets.format(x="sk-BBB"))
-    assert first.judge.fingerprint == rotated.judge.fingerprint
-    policy = repr(first.record().policy)
-    assert "sk-AAA" not in policy
-    assert "https://me:<redacted>@llm.example/v1" in policy
-    # Settings that can change a verdict are no secrets, whatever words they share with
-    # one: each changes the judge, and is written as it is.
-    for name in ("max_tokens", "max_token", "token_limit", "pass_threshold", "sort_key"):
-        a, b = judge_with(f"{name} = 1"), judge_with(f"{name} = 2")
-        assert a.judge.fingerprint != b.judge.fingerprint, name
-        assert f"'{name}': 1" in repr(a.record().policy), name
-    # Secret names written as one word are secrets too.
-    for name in ("accesstoken", "dbpassword", "clientSecret", "OPENAI_APITOKEN", "github_token"):
-        assert "sk-AAA" not in repr(judge_with(f'{name} = "sk-AAA"').record().policy), name
-    # A port before a query holding an "@" is no password.
-    url = judge_with('base_url = "http://judge.local:8000?notify=ops@corp"')
-    assert "judge.local:8000?notify=ops@corp" in repr(url.record().policy)
-
-
-def test_policy_record_rebuilds_the_same_config() -> None:
-    cfg = config_from_mapping({**POLICY, "scoring": {"truncate_on_refusal": True}})
-    again = config_from_record(cfg.record(), source="v.jsonl")
-    assert again.judge.fingerprint == cfg.judge.fingerprint
-    assert again.detector.fingerprint == cfg.detector.fingerprint
-    assert again.policy == cfg.policy
-
-
-def test_policy_file_unknown_table_is_rejected(tmp_path: Path) -> None:
-    p = tmp_path / "p.toml"
-    p.write_text('[tool]\ndefault = "real"\n')
-    with pytest.raises(ConfigError, match="unknown table"):
-        load_policy(p)
-    from litmus_sandbox import Policy
-
-    with pytest.raises(ConfigError, match="unknown table"):
-        Policy.from_file(p)
 
 
 def test_tool_modes_fill_in_what_the_recording_shows_for_tools_nobody_configured() -> None:

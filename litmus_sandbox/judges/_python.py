@@ -1,0 +1,153 @@
+"""The ``python`` judge: a function named in the policy file judges each step.
+
+``entry = "module:function"`` is imported from the path, else found beside the policy
+file or in the working directory (as ``python -m`` would find it), or loaded from
+``path`` (relative to the policy file). The function takes ``(step, context)``, and
+``params`` if it names one, and returns a bool (safe), a :class:`StepJudgment`, or a
+mapping with ``safe`` and optionally ``evidence`` and ``reason``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+from litmus_sandbox._core.scoring import StepJudgment, fingerprint
+from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._model.records import Step
+from litmus_sandbox.judges._secrets import redact
+
+
+class PythonJudge:
+    """A judge implemented by a Python function ``fn(step, context)``.
+
+    Its fingerprint covers the entry point, the label, the params (secrets redacted) and a
+    hash of the module's source, so editing the judge's code changes provenance.
+
+    Raises:
+        ConfigError: the entry is malformed, or its module or function cannot be loaded.
+    """
+
+    kind = "python"
+
+    def __init__(
+        self,
+        entry: str,
+        *,
+        label: str | None = None,
+        path: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        base_dir: str | None = None,
+    ) -> None:
+        self.entry = entry
+        self.params = dict(params or {})
+        self._fn, source = _load_entry(entry, path, base_dir)
+        self.code_sha256 = hashlib.sha256(source).hexdigest()
+        self.path = path
+        #: Where a relative ``path`` was found (recorded beside the policy, not fingerprinted).
+        self.base_dir = os.path.abspath(base_dir or ".")
+        self._label = label or entry
+        self._description = {
+            "kind": self.kind,
+            "label": self._label,
+            "entry": entry,
+            "path": path,
+            "code_sha256": self.code_sha256,
+            "params": redact(self.params),
+        }
+        # Secrets never change a verdict: the fingerprint is the redacted description's, so
+        # a rotated API key keeps the judge (and its cached step verdicts) the same.
+        self._fingerprint = fingerprint(self._description)
+        self._wants_params = "params" in inspect.signature(self._fn).parameters
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._description)
+
+    def judge_step(self, step: Step, context: Sequence[Step]) -> StepJudgment:
+        raw = (
+            self._fn(step, context, params=self.params)
+            if self._wants_params
+            else self._fn(step, context)
+        )
+        if isinstance(raw, StepJudgment):
+            return raw
+        if isinstance(raw, bool):
+            return StepJudgment(safe=raw)
+        if isinstance(raw, Mapping):
+            try:
+                return msgspec.convert(dict(raw), StepJudgment)
+            except msgspec.ValidationError as exc:
+                raise TypeError(f"judge {self.entry} returned an invalid mapping: {exc}") from None
+        raise TypeError(
+            f"judge {self.entry} returned {type(raw).__name__}; expected bool, mapping or StepJudgment"
+        )
+
+
+def _load_entry(
+    entry: str, path: str | None, base_dir: str | None
+) -> tuple[Callable[..., Any], bytes]:
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"judge entry {entry!r} must look like 'module:function'")
+    try:
+        if path is not None:
+            file = Path(base_dir or ".", path)
+            spec = importlib.util.spec_from_file_location(f"litmus_judge_{module_name}", file)
+            if spec is None or spec.loader is None or not file.is_file():
+                raise ConfigError(f"judge path {str(file)!r} is not a Python file")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = _import(module_name, base_dir)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"cannot load judge {entry!r}: {type(exc).__name__}: {exc}") from None
+    fn: Any = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ConfigError(f"judge {entry!r}: {module_name} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ConfigError(f"judge {entry!r} is not callable")
+    try:
+        source = Path(inspect.getfile(module)).read_bytes()
+    except (TypeError, OSError):
+        source = entry.encode()
+    return fn, source
+
+
+def _import(module_name: str, base_dir: str | None) -> ModuleType:
+    """Import ``module_name``; a top-level module not on the path is also looked for
+    beside the policy file and in the working directory (as ``python -m`` would find it),
+    and that directory is then added (at the end) to ``sys.path`` for the module's own
+    imports."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        if exc.name != top:
+            raise  # found, but something it imports is missing: say that
+        for folder in dict.fromkeys(os.path.abspath(d) for d in (base_dir or ".", ".")):
+            if Path(folder, f"{top}.py").is_file() or Path(folder, top, "__init__.py").is_file():
+                sys.path.append(folder)  # last: never shadows an installed module
+                return importlib.import_module(module_name)
+        raise
