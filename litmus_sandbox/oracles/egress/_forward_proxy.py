@@ -6,7 +6,7 @@ Tools started as subprocesses are pointed at the proxy by the variables of
 :func:`proxy_env`. Each client connection carries either
 
 * plain HTTP requests in absolute form (``GET http://host:port/path HTTP/1.1``): each is
-  decided by the :class:`~.egress.EgressPolicy`, recorded as a flow, and forwarded
+  decided by the :class:`~litmus_sandbox.EgressPolicy`, recorded as a flow, and forwarded
   (HTTP/1.1; ``Content-Length``, chunked and close-delimited bodies relayed as they
   arrive, never buffered whole). Client and upstream connections are kept alive when the
   message framing allows, one upstream connection per client connection; or
@@ -42,7 +42,9 @@ import msgspec
 from anyio.abc import ByteSendStream, ByteStream, SocketAttribute, TaskGroup, TaskStatus
 from anyio.streams.buffered import BufferedByteStream
 
+from litmus_sandbox._config.egress import EgressPolicy, denied_body
 from litmus_sandbox._model.errors import UpstreamError
+from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink
 from litmus_sandbox.oracles.egress._http_wire import (
     NO_FRAMING,
     Abort,
@@ -61,14 +63,12 @@ from litmus_sandbox.oracles.egress._http_wire import (
     split_authority,
     split_target,
 )
-from litmus_sandbox.oracles.egress._probe import EgressFlow, EgressPolicy, EgressSink, denied_body
+from litmus_sandbox.oracles.egress._netns import REPORT_PATH
 
 _log = logging.getLogger("litmus_sandbox.egress")
 
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
-#: Origin-form path of the bridge's reports (never valid in forward-proxy traffic).
-REPORT_PATH = "/.litmus/blocked"
 # Hop-by-hop fields (RFC 9110 7.6.1) the proxy consumes rather than forwards. Bodies are
 # relayed with their own framing, so Transfer-Encoding and Content-Length pass through.
 _HOP_BY_HOP = frozenset(

@@ -6,16 +6,14 @@ An :class:`EgressPolicy` maps hosts (exact names or globs, optionally with a por
 decision: ``allow`` (forward), ``deny`` (answer 403, connect nothing) or ``stub`` (answer a
 configured response, connect nothing). Deciding is a pure function of host and port.
 
-Every request or tunnel in progress is an :class:`EgressFlow`: the layer that sees the
-traffic creates it *before* any connection is made, hands it to a *sink* (a callable), and
-updates its byte counters while the bodies stream through; it calls the sink again when
-the flow closes (``flow.done``). Two layers see traffic:
+Every request or tunnel in progress is an :class:`~._flow.EgressFlow` handed to a *sink*
+(see ``_flow.py``). Two layers see traffic:
 
 * in process, :class:`EgressTransport` (and its sync twin :class:`SyncEgressTransport`)
   wraps any httpx transport, so tools that take an ``httpx`` client are observed without
   leaving the process; it can also record response bodies to an egress cassette
   (``record=``) and serve allowed requests from one (``replay=``, see
-  ``_egress_replay.py``): served flows are recorded with decision ``replayed``, misses
+  ``_replay.py``): served flows are recorded with decision ``replayed``, misses
   with ``replay_miss``;
 * out of process, :class:`ForwardProxy` listens on loopback (and optionally a Unix socket)
   for subprocess tools pointed at it by :func:`proxy_env`; :func:`run_strict` runs a
@@ -24,7 +22,7 @@ the flow closes (``flow.done``). Two layers see traffic:
 :class:`EgressProbe` implements the sandbox's probe protocol over one sink. Attribution to
 tool calls, and how it copes with concurrency:
 
-1. ``before_call`` sets :data:`current_call` (a contextvar) in the task that runs the tool;
+1. ``before_call`` sets :data:`~._flow.current_call` (a contextvar) in the task that runs the tool;
    in-process flows carry the call id that was current when they started, so concurrent
    calls in separate tasks are told apart exactly (anyio copies the context into child
    tasks and worker threads).
@@ -42,9 +40,8 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, cast
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 
@@ -57,7 +54,15 @@ from litmus_sandbox._config.egress import denied_body as denied_body
 from litmus_sandbox._config.egress import normalize_host as normalize_host
 from litmus_sandbox._config.egress import split_host_port as split_host_port
 from litmus_sandbox._model.errors import ConfigError
-from litmus_sandbox._model.records import Effects, EgressDecision, EgressEvent
+from litmus_sandbox._model.records import Effects
+from litmus_sandbox.oracles.egress._flow import (
+    EgressFlow,
+    EgressSink,
+    calling,
+    close_flow,
+    current_call,
+    ignore,
+)
 from litmus_sandbox.oracles.egress._replay import (
     REPLAY_ON_MISS,
     HttpCassette,
@@ -69,103 +74,6 @@ from litmus_sandbox.oracles.egress._replay import (
 
 #: Client options httpx applies to its default transport only.
 _TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "trust_env")
-
-#: The tool call in flight in this context (set by :meth:`EgressProbe.before_call`).
-current_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "litmus_egress_call", default=None
-)
-
-# ---------------------------------------------------------------- flows and sinks
-
-
-class EgressFlow:
-    """One request (or tunnel) in progress; :meth:`event` snapshots it as an :class:`EgressEvent`.
-
-    The layer that sees the traffic owns the counters; sinks only read them. ``started``
-    is :func:`time.monotonic` when the request was seen, before any connection.
-    """
-
-    __slots__ = (
-        "call_id",
-        "decision",
-        "done",
-        "host",
-        "method",
-        "path",
-        "port",
-        "request_bytes",
-        "response_bytes",
-        "scheme",
-        "sni",
-        "started",
-        "status",
-    )
-
-    def __init__(
-        self,
-        *,
-        method: str,
-        scheme: str,
-        host: str,
-        port: int | None,
-        path: str = "",
-        decision: str = "allow",
-        call_id: str | None = None,
-        started: float | None = None,
-    ) -> None:
-        self.method = method
-        self.scheme = scheme
-        self.host = host
-        self.port = port
-        self.path = path
-        self.decision = decision
-        self.call_id = call_id
-        self.started = time.monotonic() if started is None else started
-        self.request_bytes = 0
-        self.response_bytes = 0
-        self.status: int | None = None
-        self.sni: str | None = None
-        self.done = False
-
-    def event(self) -> EgressEvent:
-        return EgressEvent(
-            method=self.method,
-            scheme=self.scheme,
-            host=self.host,
-            port=self.port,
-            path=self.path,
-            request_bytes=self.request_bytes,
-            response_bytes=self.response_bytes,
-            status=self.status,
-            decision=cast("EgressDecision", self.decision),  # set from a rule or a replay
-            sni=self.sni,
-            url=self.url,
-        )
-
-    @property
-    def url(self) -> str | None:
-        """``scheme://host[:port]path`` of an HTTP(S) request or tunnel, the port left out
-        when it is the scheme's default; None for other traffic (a DNS query, raw TCP)."""
-        default = {"http": 80, "https": 443}.get(self.scheme)
-        if default is None:
-            return None
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        port = "" if self.port is None or self.port == default else f":{self.port}"
-        return f"{self.scheme}://{host}{port}{self.path}"
-
-    def __repr__(self) -> str:
-        state = "done" if self.done else "open"
-        return f"<EgressFlow {self.method} {self.scheme}://{self.host}:{self.port}{self.path} {self.decision} {state}>"
-
-
-#: Called with a flow when it opens (``flow.done`` is False) and again when it closes.
-#: It may be called from worker threads (sync tools), so it must not block or await.
-EgressSink = Callable[[EgressFlow], None]
-
-
-def _ignore(flow: EgressFlow) -> None:
-    """The sink of a transport nobody listens to."""
-
 
 # ---------------------------------------------------------------- in-process transports
 
@@ -248,13 +156,7 @@ class _CountingAsyncResponse(httpx.AsyncByteStream):
         finally:
             if self._tap is not None:
                 self._tap.finish()
-            _close(self._flow, self._sink)
-
-
-def _close(flow: EgressFlow, sink: EgressSink) -> None:
-    if not flow.done:  # streams may be closed more than once
-        flow.done = True
-        sink(flow)
+            close_flow(self._flow, self._sink)
 
 
 class EgressTransport(httpx.AsyncBaseTransport):
@@ -293,7 +195,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
         record: HttpRecorder | None = None,
     ) -> None:
         self.policy = policy or EgressPolicy()
-        self.sink = sink or _ignore
+        self.sink = sink or ignore
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._replaying = Replaying(replay, on_miss, record)
 
@@ -308,7 +210,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
                     flow.request_bytes += len(chunk)
                 return seen.canned(request)
             finally:
-                _close(flow, sink)
+                close_flow(flow, sink)
         replaying = self._replaying
         if replaying.replay is not None:
             size = _fixed_length(request)
@@ -320,7 +222,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
                 flow.request_bytes = len(request.content)
             served = replaying.serve(request, flow)
             if served is not None:
-                _close(flow, sink)
+                close_flow(flow, sink)
                 return served
         size = _fixed_length(request)
         if size is not None:
@@ -337,7 +239,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
         try:
             response = await self._inner.handle_async_request(outgoing)
         except BaseException:
-            _close(flow, sink)
+            close_flow(flow, sink)
             raise
         flow.status = response.status_code
         if isinstance(response.stream, httpx.ByteStream):
@@ -345,7 +247,7 @@ class EgressTransport(httpx.AsyncBaseTransport):
             # httpx will not iterate or close its stream again, so count it now.
             flow.response_bytes = len(response.content)
             replaying.in_memory(request, response)
-            _close(flow, sink)
+            close_flow(flow, sink)
             return response
         tap = replaying.record.tap(request, response) if replaying.record is not None else None
         response.stream = _CountingAsyncResponse(response.stream, flow, sink, tap)  # type: ignore[arg-type]
@@ -390,7 +292,7 @@ class _CountingSyncResponse(httpx.SyncByteStream):
         finally:
             if self._tap is not None:
                 self._tap.finish()
-            _close(self._flow, self._sink)
+            close_flow(self._flow, self._sink)
 
 
 class SyncEgressTransport(httpx.BaseTransport):
@@ -414,7 +316,7 @@ class SyncEgressTransport(httpx.BaseTransport):
         record: HttpRecorder | None = None,
     ) -> None:
         self.policy = policy or EgressPolicy()
-        self.sink = sink or _ignore
+        self.sink = sink or ignore
         self._inner = transport if transport is not None else httpx.HTTPTransport()
         self._replaying = Replaying(replay, on_miss, record)
 
@@ -428,7 +330,7 @@ class SyncEgressTransport(httpx.BaseTransport):
                     flow.request_bytes += len(chunk)
                 return seen.canned(request)
             finally:
-                _close(flow, sink)
+                close_flow(flow, sink)
         replaying = self._replaying
         if replaying.replay is not None:
             size = _fixed_length(request)
@@ -439,7 +341,7 @@ class SyncEgressTransport(httpx.BaseTransport):
                 flow.request_bytes = len(request.content)
             served = replaying.serve(request, flow)
             if served is not None:
-                _close(flow, sink)
+                close_flow(flow, sink)
                 return served
         size = _fixed_length(request)
         if size is not None:
@@ -456,7 +358,7 @@ class SyncEgressTransport(httpx.BaseTransport):
         try:
             response = self._inner.handle_request(outgoing)
         except BaseException:
-            _close(flow, sink)
+            close_flow(flow, sink)
             raise
         flow.status = response.status_code
         if isinstance(response.stream, httpx.ByteStream):
@@ -464,7 +366,7 @@ class SyncEgressTransport(httpx.BaseTransport):
             # httpx will not iterate or close its stream again, so count it now.
             flow.response_bytes = len(response.content)
             replaying.in_memory(request, response)
-            _close(flow, sink)
+            close_flow(flow, sink)
             return response
         tap = replaying.record.tap(request, response) if replaying.record is not None else None
         response.stream = _CountingSyncResponse(response.stream, flow, sink, tap)  # type: ignore[arg-type]
@@ -475,16 +377,6 @@ class SyncEgressTransport(httpx.BaseTransport):
 
 
 # ---------------------------------------------------------------- the probe
-
-
-@contextmanager
-def calling(call_id: str | None) -> Iterator[None]:
-    """Attribute in-process requests made inside this block (and its child tasks) to ``call_id``."""
-    token = current_call.set(call_id)
-    try:
-        yield
-    finally:
-        current_call.reset(token)
 
 
 class EgressProbe:

@@ -2,7 +2,7 @@
 
 An :class:`~litmus_sandbox.EgressEvent` keeps no bodies, so replaying egress needs an
 opt-in *egress cassette*: a JSON Lines file of :class:`HttpExchange` records (``kind:
-"http"``), one per response an :class:`~litmus_sandbox.oracles.egress._probe.EgressTransport`
+"http"``), one per response an :class:`~litmus_sandbox.oracles.egress.EgressTransport`
 forwarded while it had a recorder (``record=``). Each record holds the method, the full
 URL, the status, the response headers (hop-by-hop ones dropped) and the body exactly as
 the transport passed it on (still content-encoded if the server encoded it, so a client
@@ -23,7 +23,7 @@ import threading
 import warnings
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import msgspec
@@ -31,9 +31,7 @@ import msgspec
 from litmus_sandbox._model.codec import cut_short
 from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
 from litmus_sandbox._store.streams import JsonlWriter, ReadWarning, RecordingWarning
-
-if TYPE_CHECKING:
-    from litmus_sandbox.oracles.egress._probe import EgressFlow
+from litmus_sandbox.oracles.egress._flow import EgressFlow
 
 #: What a replaying transport does with a request its cassette cannot serve.
 REPLAY_ON_MISS: tuple[str, ...] = ("error", "forward")
