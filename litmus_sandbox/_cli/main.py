@@ -21,18 +21,17 @@ from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
-from litmus_sandbox._model.records import PolicyRecord
-from litmus_sandbox._runtime.scorer import ScoreStats, covered_keys, score_episode, score_files
+from litmus_sandbox._runtime.rebaseline import (
+    plan_config,
+    rebaseline,
+    rebaseline_config,
+    rescore_costs,
+)
+from litmus_sandbox._runtime.scorer import score_files
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.exclusions import load_exclusions
-from litmus_sandbox._store.streams import (
-    ReadWarning,
-    VerdictStream,
-    iter_episodes,
-    read_verdicts,
-    write_verdicts,
-)
-from litmus_sandbox.judges import ScoringConfig, config_from_record, load_policy
+from litmus_sandbox._store.streams import ReadWarning, VerdictStream, read_verdicts
+from litmus_sandbox.judges import load_policy
 
 # 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -155,18 +154,6 @@ def _read_side(paths: Sequence[str]) -> list[VerdictStream]:
     return [read_verdicts(p) for p in paths]
 
 
-def _single_policy(streams: Sequence[VerdictStream]) -> PolicyRecord | None:
-    """The one scoring policy a set of verdict streams was produced with, or None."""
-    records = {
-        (r.judge, r.refusal_detector, repr(r.policy.get("scoring"))): r
-        for s in streams
-        for r in s.policies
-    }
-    if len(records) == 1:
-        return next(iter(records.values()))
-    return None
-
-
 def cmd_gate(args: argparse.Namespace) -> int:
     if args.output == "-":
         args.output = None  # stdout
@@ -202,109 +189,47 @@ def _rescore_costs(
     args: argparse.Namespace, candidate: Sequence[VerdictStream], warnings: list[str]
 ) -> dict[str, int | None]:
     """Judge calls a re-score of each complete baseline recording would take (cache-aware)."""
+    config, upper_bounds = plan_config(candidate)
     ep_warnings: list[ReadWarning] = []
-    episodes = [
-        ep
-        for ep in iter_episodes(args.baseline_episodes, ep_warnings)
-        if ep.complete and not ep.header.recorder.truncated
-    ]
-    warnings.extend(str(w) for w in ep_warnings)
-    record = _single_policy(candidate)
-    config: ScoringConfig | None = None
-    if record is not None:
-        try:
-            config = config_from_record(record, source="candidate verdicts")
-        except LitmusError as exc:
-            warnings.append(f"re-baseline plan counts are upper bounds: {exc}")
-    costs: dict[str, int | None] = {}
     cache = _open_cache(args) if config is not None else None
     try:
-        for ep in episodes:
-            if config is None:
-                costs[ep.case_id] = None
-                continue
-            keys = covered_keys(ep, config)
-            n = cache.missing(keys) if cache is not None else len(set(keys))
-            prev = costs.get(ep.case_id)
-            costs[ep.case_id] = n + (prev or 0)
+        costs = rescore_costs(args.baseline_episodes, config, cache, ep_warnings)
     finally:
         if cache is not None:
             cache.close()
+    warnings.extend(str(w) for w in ep_warnings)
+    if upper_bounds is not None:
+        warnings.append(upper_bounds)
     return costs
 
 
 # ---------------------------------------------------------------- rebaseline
 
 
-def _fingerprints_match(config: ScoringConfig, record: PolicyRecord) -> list[str]:
-    problems = []
-    if config.judge.fingerprint != record.judge:
-        problems.append(f"judge {config.judge.fingerprint} vs candidate's {record.judge}")
-    if config.detector.fingerprint != record.refusal_detector:
-        problems.append(
-            f"refusal detector {config.detector.fingerprint} vs candidate's {record.refusal_detector}"
-        )
-    scoring = record.policy.get("scoring", {})
-    problems.extend(
-        f"{flag} {getattr(config.policy, flag)} vs candidate's {scoring.get(flag)}"
-        for flag in ("truncate_on_refusal", "truncate_on_empty_tool_result")
-        if getattr(config.policy, flag) != scoring.get(flag)
-    )
-    return problems
-
-
 def cmd_rebaseline(args: argparse.Namespace) -> int:
     _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
-    candidate = read_verdicts(args.like) if args.like else None
-    record = _single_policy([candidate]) if candidate is not None else None
-    if candidate is not None and record is None:
-        n = len(candidate.policies)
-        raise LitmusError(
-            f"{args.like}: "
-            + (
-                "has no policy record (legacy verdicts?); pass --policy"
-                if n == 0
-                else "mixes several scoring policies"
-            )
-        )
-    if args.policy:
-        config = load_policy(args.policy)
-        if record is not None and (problems := _fingerprints_match(config, record)):
-            raise LitmusError(
-                f"{args.policy}: does not match the candidate's scoring: {'; '.join(problems)}"
-            )
-    else:
-        assert record is not None
-        config = config_from_record(record, source=args.like)
+    config, record = rebaseline_config(like=args.like, policy=args.policy)
     if record is None:
         print(
             f"litmus-sandbox: warning: {args.policy} not checked against any candidate (no --like)",
             file=sys.stderr,
         )
-    stats = ScoreStats()
-    rescored, rerun = [], []
     cache = _open_cache(args)
     try:
-        for ep in iter_episodes(args.episodes, stats.warnings):
-            if ep.header.recorder.truncated:
-                rerun.append((ep.case_id, "the recording itself was truncated"))
-            elif not ep.complete:
-                rerun.append((ep.case_id, "the recording is incomplete"))
-            else:
-                rescored.append(score_episode(ep, config, cache, stats))
+        done = rebaseline(args.episodes, config, args.output, cache=cache)
     finally:
         if cache is not None:
             cache.close()
-    write_verdicts(args.output, config.record(), rescored)
+    stats = done.stats
     _warn(stats.warnings)
     print(
-        f"re-scored {len(rescored)} baseline episodes ({stats.steps_covered} steps): "
+        f"re-scored {len(done.verdicts)} baseline episodes ({stats.steps_covered} steps): "
         f"{stats.judge_calls} judge calls made, {stats.cache_hits} served from cache -> {args.output}"
     )
-    if rerun:
-        print(f"{len(rerun)} cases need a re-run of the baseline instead:")
-        for case_id, why in rerun:
+    if done.rerun:
+        print(f"{len(done.rerun)} cases need a re-run of the baseline instead:")
+        for case_id, why in done.rerun:
             print(f"  {case_id}: {why}")
     return EXIT_OK
 
