@@ -8,7 +8,8 @@ The modules, each importing only those above it in this list:
 * ``_flow``: flows, sinks and the call in flight (the types every observer shares);
 * ``_http_wire``: the forward proxy's wire format (heads, framing, SNI, proxy env), sans-io;
 * ``_replay``: egress cassettes and their recorder;
-* ``_probe``: the in-process httpx transports, and the probe that attributes flows to calls;
+* ``_transport``: the in-process httpx transports (one decision core, async and sync shells);
+* ``_probe``: the probe that attributes flows to tool calls;
 * ``_forward_proxy``: the loopback forward proxy;
 * ``_strict``: strict mode from the caller's side.
 """
@@ -30,8 +31,6 @@ from litmus_sandbox.oracles.egress._forward_proxy import ForwardProxy as Forward
 from litmus_sandbox.oracles.egress._http_wire import parse_sni as parse_sni
 from litmus_sandbox.oracles.egress._http_wire import proxy_env as proxy_env
 from litmus_sandbox.oracles.egress._probe import EgressProbe as EgressProbe
-from litmus_sandbox.oracles.egress._probe import EgressTransport as EgressTransport
-from litmus_sandbox.oracles.egress._probe import SyncEgressTransport as SyncEgressTransport
 from litmus_sandbox.oracles.egress._replay import REPLAY_ON_MISS as REPLAY_ON_MISS
 from litmus_sandbox.oracles.egress._replay import HttpCassette as HttpCassette
 from litmus_sandbox.oracles.egress._replay import HttpExchange as HttpExchange
@@ -39,6 +38,8 @@ from litmus_sandbox.oracles.egress._replay import HttpRecorder as HttpRecorder
 from litmus_sandbox.oracles.egress._strict import run_strict as run_strict
 from litmus_sandbox.oracles.egress._strict import strict_available as strict_available
 from litmus_sandbox.oracles.egress._strict import strict_command as strict_command
+from litmus_sandbox.oracles.egress._transport import EgressTransport as EgressTransport
+from litmus_sandbox.oracles.egress._transport import SyncEgressTransport as SyncEgressTransport
 
 __all__ = [
     "EGRESS_MODES",
