@@ -45,6 +45,26 @@ OUTCOMES: tuple[Outcome, ...] = (
     "EXCLUDED",
 )
 Remedy = Literal["rescore_baseline", "rerun_baseline", "rerun_candidate", "exclude"]
+#: Why a case got its outcome (DESIGN.md's table of checks, plus the annotations below and
+#: ``excluded``). Reasons are written in reports, never read back.
+ReasonCode = Literal[
+    "baseline_missing",
+    "candidate_missing",
+    "incomplete_episode",
+    "recording_truncated",
+    "judge_mismatch",
+    "truncation_policy_mismatch",
+    "refusal_detector_mismatch",
+    "fidelity_mismatch",
+    "fallback_judge",
+    "coverage_mismatch",
+    "recorder_mismatch",
+    "unknown_provenance",
+    "epoch_count_mismatch",
+    "flaky",
+    "oracle_contradicts_judge",
+    "excluded",
+]
 
 _RERUN: Outcome = "NEEDS_RERUN"
 _REBASE: Outcome = "NEEDS_REBASELINE"
@@ -52,13 +72,13 @@ _REBASE: Outcome = "NEEDS_REBASELINE"
 
 #: Reasons that describe a case without making it unresolved: they never decide an
 #: outcome and stay out of the re-baseline plan, though each names what would settle it.
-ANNOTATIONS = frozenset({"flaky", "oracle_contradicts_judge"})
+ANNOTATIONS: frozenset[ReasonCode] = frozenset({"flaky", "oracle_contradicts_judge"})
 
 
 class Reason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Why a case got its outcome, and what would settle it (``remedy``)."""
 
-    code: str
+    code: ReasonCode
     detail: str
     remedy: Remedy | None = None
 
@@ -94,7 +114,9 @@ class CaseResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 _Found = list[tuple[Outcome, Reason]]
 
 
-def _flag(found: _Found, outcome: Outcome, *, code: str, detail: str, remedy: Remedy) -> None:
+def _flag(
+    found: _Found, outcome: Outcome, *, code: ReasonCode, detail: str, remedy: Remedy
+) -> None:
     found.append((outcome, Reason(code=code, detail=detail, remedy=remedy)))
 
 
