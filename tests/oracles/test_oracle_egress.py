@@ -12,7 +12,7 @@ import ssl
 import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ Responder = Callable[[BufferedByteStream], Awaitable[None]]
 
 class Server:
     """A loopback HTTP/1.1 server (keep-alive, Content-Length and chunked request bodies)
-    that records every connection and request it sees. ``routes`` maps a path to a
+    that records every connection, request and head it sees. ``routes`` maps a path to a
     responder that writes its own response and ends the connection."""
 
     def __init__(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
@@ -69,6 +69,7 @@ class Server:
         self.port = 0
         self.connections = 0
         self.requests: list[tuple[str, str, bytes]] = []
+        self.heads: list[dict[str, str]] = []  # the header fields of each request
         self.routes: dict[str, Responder] = {}
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -95,13 +96,15 @@ class Server:
                 }
                 body = await _read_body(buf, headers)
                 self.requests.append((method, target, body))
+                self.heads.append(headers)
                 route = self.routes.get(target)
                 if route is not None:
                     await route(buf)
                     return
                 reply = b"hello " + target.encode() + b" " + body
                 await buf.send(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply)
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(reply), b"" if method == "HEAD" else reply)
                 )
 
 
@@ -147,6 +150,17 @@ class Log:
                 self._changed = anyio.Event()
                 await self._changed.wait()
         return self.flows
+
+
+async def exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` to a loopback port as is; what comes back until the peer closes."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(data)
+        out = b""
+        with suppress(anyio.EndOfStream):
+            while True:
+                out += await stream.receive()
+    return out
 
 
 def free_port() -> int:
@@ -300,30 +314,157 @@ def test_sni_from_a_real_ssl_handshake() -> None:
 # ---------------------------------------------------------------- HTTP parsing
 
 
-def test_heads_refuse_smuggling_vectors() -> None:
-    with pytest.raises(wire.BadMessage):
-        wire.parse_head(b"GET http://a/ HTTP/1.1\r\nHost : a")
-    with pytest.raises(wire.BadMessage):
-        wire.parse_head(b"GET http://a/ HTTP/1.1\r\nX: 1\r\n folded")
-    both = wire.parse_head(
-        b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
-    )
-    with pytest.raises(wire.BadMessage):
-        wire.request_framing(both)
-    two = wire.parse_head(b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4")
-    with pytest.raises(wire.BadMessage):
-        wire.request_framing(two)
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost : a\r\n\r\n",
+        b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+        b"POST http://127.0.0.1:%d/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST http://127.0.0.1:%d/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n"
+        b"Content-Length: 4\r\n\r\nabcd",
+    ],
+    ids=["space-before-colon", "obs-fold", "length-and-chunked", "two-lengths"],
+)
+async def test_proxy_refuses_smuggling_vectors(head: bytes) -> None:
+    """Heads two parsers could read differently are answered 400, and nothing goes upstream."""
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, Log()) as proxy:
+            out = await exchange(proxy.port, head % srv.port)
+    assert out.startswith(b"HTTP/1.1 400 "), out
+    assert b"Connection: close\r\n" in out
+    assert srv.connections == 0
 
 
-def test_response_framing_follows_rfc9112() -> None:
-    head = wire.parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5")
-    assert wire.response_framing(b"GET", 200, head) == ("length", 5)
-    assert wire.response_framing(b"HEAD", 200, head) == ("none", 0)
-    assert wire.response_framing(b"GET", 204, head) == ("none", 0)
-    chunked = wire.parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked")
-    assert wire.response_framing(b"GET", 200, chunked) == ("chunked", 0)
-    bare = wire.parse_head(b"HTTP/1.0 200 OK\r\nServer: x")
-    assert wire.response_framing(b"GET", 200, bare) == ("close", 0)
+async def test_proxy_frames_responses_as_rfc9112_says() -> None:
+    """Content-Length, HEAD, 204 and chunked responses reach the client whole, counted as
+    payload; a transfer coding h11 cannot frame is the upstream's fault (502)."""
+
+    def answer(raw: bytes) -> Responder:
+        async def respond(buf: BufferedByteStream) -> None:
+            await buf.send(raw)
+
+        return respond
+
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, log) as proxy:
+            srv.routes["/empty"] = answer(b"HTTP/1.1 204 No Content\r\n\r\n")
+            srv.routes["/chunked"] = answer(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"3\r\nabc\r\n2\r\nde\r\n0\r\nX-Sum: 5\r\n\r\n"
+            )
+            srv.routes["/gzip"] = answer(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"
+            )
+            base = f"http://127.0.0.1:{srv.port}"
+            async with httpx.AsyncClient(proxy=proxy.url) as client:
+                plain = await client.get(f"{base}/plain")
+                head = await client.head(f"{base}/plain")
+                empty = await client.get(f"{base}/empty")
+                chunked = await client.get(f"{base}/chunked")
+                gzip = await client.get(f"{base}/gzip")
+            flows = await log.settled(5)
+    assert (plain.status_code, plain.content) == (200, b"hello /plain ")
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["content-length"] == str(len(b"hello /plain "))
+    assert (empty.status_code, empty.content) == (204, b"")
+    assert (chunked.status_code, chunked.content) == (200, b"abcde")
+    assert chunked.headers["transfer-encoding"] == "chunked"
+    assert gzip.status_code == 502
+    assert b"malformed upstream response" in gzip.content
+    assert [(f.method, f.status, f.response_bytes) for f in flows] == [
+        ("GET", 200, len(b"hello /plain ")),
+        ("HEAD", 200, 0),
+        ("GET", 204, 0),
+        ("GET", 200, 5),
+        ("GET", 502, 0),
+    ]
+
+
+async def test_proxy_supplies_the_host_a_client_left_out() -> None:
+    """h11 refuses an HTTP/1.1 request without Host; the proxy takes the target's authority."""
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, Log()) as proxy:
+            request = b"GET http://127.0.0.1:%d/nohost HTTP/1.1\r\nConnection: close\r\n\r\n"
+            out = await exchange(proxy.port, request % srv.port)
+    assert out.startswith(b"HTTP/1.1 200 ")
+    assert out.endswith(b"hello /nohost ")
+    assert srv.heads[0]["host"] == f"127.0.0.1:{srv.port}"
+    assert "connection" not in srv.heads[0]  # hop by hop: the proxy's own business
+
+
+async def test_proxy_answers_431_to_a_head_too_large() -> None:
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, Log()) as proxy:
+            head = b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nX: " % srv.port + b"a" * 70_000
+            out = await exchange(proxy.port, head + b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert out.endswith(b"request head too large\n")
+    assert srv.connections == 0
+
+
+async def test_proxy_relays_expect_100_continue() -> None:
+    """A client waiting for 100 Continue gets it from the proxy; the server sees no Expect."""
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, log) as proxy:
+            async with await anyio.connect_tcp("127.0.0.1", proxy.port) as raw:
+                stream = BufferedByteStream(raw)
+                await stream.send(
+                    b"POST http://127.0.0.1:%d/up HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                    b"Expect: 100-continue\r\n\r\n" % srv.port
+                )
+                interim = await stream.receive_until(b"\r\n\r\n", 1024)
+                await stream.send(b"abc")
+                final = await stream.receive_until(b"\r\n\r\n", 1024)
+            [flow] = await log.settled(1)
+    assert interim == b"HTTP/1.1 100 Continue"
+    assert final.startswith(b"HTTP/1.1 200 ")
+    assert srv.requests == [("POST", "/up", b"abc")]
+    assert "expect" not in srv.heads[0]
+    assert (flow.request_bytes, flow.status) == (3, 200)
+
+
+async def test_proxy_retries_a_kept_alive_upstream_that_closed() -> None:
+    """A server that closes a kept-alive connection without saying so: the next request
+    (no body) is sent again on a fresh connection, once."""
+
+    async def then_close(buf: BufferedByteStream) -> None:
+        await buf.send(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonce")
+
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, log) as proxy:
+            srv.routes["/once"] = then_close
+            async with httpx.AsyncClient(proxy=proxy.url) as client:
+                first = await client.get(f"http://127.0.0.1:{srv.port}/once")
+                second = await client.get(f"http://127.0.0.1:{srv.port}/again")
+            await log.settled(2)
+    assert (first.text, second.text) == ("once", "hello /again ")
+    assert srv.connections == 2
+
+
+async def test_proxy_does_not_relay_protocol_switches() -> None:
+    """Upgrade is hop by hop and not forwarded, so a 101 cannot be relayed: 502."""
+
+    async def switch(buf: BufferedByteStream) -> None:
+        await buf.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, log) as proxy:
+            srv.routes["/ws"] = switch
+            async with httpx.AsyncClient(proxy=proxy.url) as client:
+                r = await client.get(
+                    f"http://127.0.0.1:{srv.port}/ws",
+                    headers={"Connection": "Upgrade", "Upgrade": "websocket"},
+                )
+            [flow] = await log.settled(1)
+    assert r.status_code == 502
+    assert b"protocol upgrades are not relayed" in r.content
+    assert "upgrade" not in srv.heads[0]
+    assert flow.status == 502
 
 
 def test_targets_and_authorities() -> None:

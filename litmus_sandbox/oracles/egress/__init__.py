@@ -6,11 +6,13 @@ The modules, each importing only those above it in this list:
 
 * ``_netns``: strict mode's bridge, a script run inside the namespace (no package imports);
 * ``_flow``: flows, sinks and the call in flight (the types every observer shares);
-* ``_http_wire``: the forward proxy's wire format (heads, framing, SNI, proxy env), sans-io;
+* ``_http_wire``: what h11 does not do (request targets, TLS SNI, proxy env), sans-io;
 * ``_replay``: egress cassettes and their recorder;
 * ``_transport``: the in-process httpx transports (one decision core, async and sync shells);
 * ``_probe``: the probe that attributes flows to tool calls;
-* ``_forward_proxy``: the loopback forward proxy;
+* ``_downstream``, ``_upstream``: h11 on the client and the server side of the proxy;
+* ``_relay``, ``_tunnel``: plain HTTP forwarding and CONNECT tunnels;
+* ``_forward_proxy``: the proxy's listeners and request routing;
 * ``_strict``: strict mode from the caller's side.
 """
 

@@ -1,11 +1,16 @@
-"""The forward proxy's wire format, sans-io: HTTP/1.1 heads and framing, TLS SNI, proxy env.
+"""What the forward proxy needs beyond h11, sans-io: request targets, TLS SNI, proxy env.
 
-Pure functions over bytes, tested on their own; :mod:`._forward_proxy` does the I/O.
+h11 parses and frames HTTP/1.1 (:mod:`._downstream`, :mod:`._upstream`). What it does not
+do lives here, as pure functions over strings and bytes, tested on their own: splitting
+absolute-form and CONNECT targets, reading the server name from a TLS ClientHello
+without decrypting it, the environment variables that point tools at the proxy, and the
+decoder of strict mode's blocked-connection reports. Also the proxy's errors, named by
+whose fault they are.
 """
 
 from __future__ import annotations
 
-from http import HTTPStatus
+import functools
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -28,94 +33,18 @@ class Abort(Exception):
 
 
 class UpstreamBad(Exception):
-    """The upstream sent something that is not an HTTP response."""
+    """The upstream sent something that is not an HTTP response (``reason`` says what)."""
+
+    def __init__(self, reason: str = "malformed upstream response") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
-class Head(NamedTuple):
-    """A parsed request or response head. ``start`` is the split first line."""
-
-    start: tuple[bytes, bytes, bytes]
-    headers: list[tuple[bytes, bytes]]
-
-    def get(self, name: bytes) -> list[bytes]:
-        """The values of a field (``name`` in lower case), in order."""
-        return [v for n, v in self.headers if n.lower() == name]
-
-    def tokens(self, name: bytes) -> set[bytes]:
-        """Comma-separated tokens of a field, lower-cased (e.g. ``Connection``)."""
-        return {t.strip().lower() for v in self.get(name) for t in v.split(b",") if t.strip()}
+class UpstreamClosed(Exception):
+    """The upstream closed (or reset) the connection before its response head."""
 
 
-def parse_head(head: bytes) -> Head:
-    """Split a message head (without its final blank line) into start line and fields.
-
-    Raises:
-        BadMessage: a malformed start line, an obsolete line fold, or whitespace before a
-            colon (both are request-smuggling vectors, refused as RFC 9112 allows).
-    """
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) != 3:
-        raise BadMessage(400, "malformed start line")
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
-            raise BadMessage(400, "malformed header field")
-        headers.append((name, value.strip(b" \t")))
-    return Head((parts[0], parts[1], parts[2]), headers)
-
-
-#: Body framing: ("none", 0), ("length", n), ("chunked", 0) or ("close", 0).
-Framing = tuple[str, int]
-NO_FRAMING: Framing = ("none", 0)
-
-
-def request_framing(head: Head) -> Framing:
-    """How a request's body is delimited (RFC 9112 6.3).
-
-    Raises:
-        BadMessage: both Transfer-Encoding and Content-Length, a transfer coding other
-            than chunked last, or a bad or conflicting Content-Length.
-    """
-    te = head.get(b"transfer-encoding")
-    cl = head.get(b"content-length")
-    if te:
-        if cl:
-            raise BadMessage(400, "both Transfer-Encoding and Content-Length")
-        if b"".join(te).split(b",")[-1].strip().lower() != b"chunked":
-            raise BadMessage(400, "a request's last transfer coding must be chunked")
-        return ("chunked", 0)
-    if cl:
-        return ("length", _content_length(cl))
-    return NO_FRAMING
-
-
-def response_framing(method: bytes, status: int, head: Head) -> Framing:
-    """How a response's body is delimited (RFC 9112 6.3).
-
-    Raises:
-        BadMessage: a bad or conflicting Content-Length.
-    """
-    if method == b"HEAD" or status < 200 or status in (204, 304):
-        return NO_FRAMING
-    te = head.get(b"transfer-encoding")
-    if te:
-        last = b"".join(te).split(b",")[-1].strip().lower()
-        return ("chunked", 0) if last == b"chunked" else ("close", 0)
-    cl = head.get(b"content-length")
-    if cl:
-        return ("length", _content_length(cl))
-    return ("close", 0)
-
-
-def _content_length(values: list[bytes]) -> int:
-    found = {v.strip() for value in values for v in value.split(b",")}
-    if len(found) != 1 or not next(iter(found)).isdigit():
-        raise BadMessage(400, "bad Content-Length")
-    return int(next(iter(found)))
-
-
+@functools.lru_cache(maxsize=1024)  # tools ask the same few URLs again and again
 def split_target(target: str) -> tuple[str, int, str]:
     """(host, port, origin-form path) of an absolute-form ``http://`` request target.
 
@@ -148,14 +77,6 @@ def split_authority(target: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
         raise BadMessage(400, "CONNECT needs host:port")
     return normalize_host(host), int(port)
-
-
-def chunk_size(line: bytes) -> int:
-    size = line.split(b";", 1)[0].strip()
-    try:
-        return int(size, 16)
-    except ValueError:
-        raise BadMessage(400, "bad chunk size") from None
 
 
 class TLSHello(NamedTuple):
@@ -276,37 +197,13 @@ def proxy_env(host: str, port: int, *, no_proxy: str = "") -> dict[str, str]:
     return env
 
 
-def canned_response(
-    status: int,
-    body: bytes = b"",
-    headers: list[tuple[str, str]] | None = None,
-    *,
-    keep: bool = False,
-    reason: str | None = None,
-) -> bytes:
-    """A complete response with a Content-Length, closing the connection unless ``keep``."""
-    lines = [f"HTTP/1.1 {status} {reason if reason is not None else _reason(status)}"]
-    lines += [
-        f"{k}: {v}" for k, v in headers or () if k.lower() not in ("content-length", "connection")
-    ]
-    lines.append(f"Content-Length: {len(body)}")
-    if not keep:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+class BlockedReport(msgspec.Struct, frozen=True):
+    """What strict mode's bridge reports of a connection the namespace refused."""
 
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-class _BlockedReport(msgspec.Struct, frozen=True):
     proto: str
     host: str
     port: int | None = None
     name: str | None = None
 
 
-report_decoder = msgspec.json.Decoder(_BlockedReport)
+report_decoder = msgspec.json.Decoder(BlockedReport)
