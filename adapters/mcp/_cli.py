@@ -49,10 +49,10 @@ DEFAULT_TIMEOUT = 60.0
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse ``litmus-sandbox proxy ARGS...``; bad usage exits 2 with one line."""
-    from litmus_sandbox._cli.main import _Parser  # exits 2, like every other command
+    from litmus_sandbox._cli.parser import Parser  # exits 2, like every other command
 
-    parser = _Parser(prog="litmus-sandbox proxy", description="record existing tool servers")
-    kinds = parser.add_subparsers(dest="kind", required=True, parser_class=_Parser)
+    parser = Parser(prog="litmus-sandbox proxy", description="record existing tool servers")
+    kinds = parser.add_subparsers(dest="kind", required=True, parser_class=Parser)
     add_parser(kinds)
     return parser.parse_args(argv)
 

@@ -14,9 +14,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from litmus_sandbox import reports
+from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
@@ -37,12 +37,6 @@ from litmus_sandbox.judges import load_policy
 EXIT_OK, EXIT_USAGE = 0, 2
 #: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
 EXIT_INTERNAL = 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """A usage mistake: one line (no usage block), exit 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def default_cache_path() -> str:
@@ -238,14 +232,14 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="litmus-sandbox",
         description="Record agent runs honestly, score them, and gate only what is comparable.",
     )
     parser.add_argument(
         "--version", action="version", version=f"litmus-sandbox {package_version()}"
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("score", help="score episodes into a verdict stream")
     p.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode stream files (JSONL)")
