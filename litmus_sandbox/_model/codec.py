@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -122,10 +123,24 @@ def content_hash(obj: Any) -> str:
     return hashlib.sha256(_canonical.encode(obj)).hexdigest()
 
 
+_MALFORMED_AT = re.compile(r"JSON is malformed: [a-z ]+ \(byte (\d+)\)")
+
+
 def cut_short(line: bytes, exc: msgspec.DecodeError) -> bool:
     """Whether ``line``, which failed to decode with ``exc``, is the start of a JSON object
-    whose end is missing (a write cut short by a crash)."""
-    return str(exc) == "Input data was truncated" and line.lstrip().startswith(b"{")
+    whose end is missing (a write cut short by a crash).
+
+    msgspec says "truncated" for most cuts, but a cut right after a number's ``.``, ``-``,
+    ``e`` or ``e+`` is "invalid number" (or "invalid character") at the byte just past
+    the end: an error found at the end of the input is a cut too.
+    """
+    if not line.lstrip().startswith(b"{"):
+        return False
+    message = str(exc)
+    if message == "Input data was truncated":
+        return True
+    m = _MALFORMED_AT.fullmatch(message)
+    return m is not None and int(m.group(1)) >= len(line)
 
 
 def _envelope(line: bytes) -> _Envelope:
