@@ -2,14 +2,24 @@
 
 Reading is forgiving where the contract allows (unknown fields on stored records are
 ignored) and strict where it matters: an unknown record kind or a newer ``v`` is a clear
-"written by a newer version" error, and unknown *provenance* keys are kept aside on the
-verdict so that the gate can fail closed on them.
+"written by a newer version" error, a ``v`` below 1 or not an integer is invalid, and
+unknown *provenance* keys are kept aside on the verdict so that the gate can fail closed
+on them.
+
+A record with a duplicate key (``"safe": true, "safe": false``) is malformed: msgspec
+keeps the last value, so which one the writer meant is unknown. msgspec does not look for
+duplicates, and looking costs a second parse, so a decoded record is first re-encoded:
+when the bytes are the line itself (what this library writes), the line has no duplicate
+(the encoder never writes one); only other lines get the second look
+(:func:`duplicate_key`). :func:`canonical_block` does the same for a block of lines
+decoded in one call.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -158,6 +168,8 @@ def _check_version(env: _Envelope, what: str) -> None:
         raise DecodeProblem(f"{what} record has no 'v' (schema version)")
     if not isinstance(env.v, int) or isinstance(env.v, bool):
         raise DecodeProblem(f"{what} record has a non-integer 'v': {env.v!r}")
+    if env.v < 1:
+        raise DecodeProblem(f"{what} record has an invalid 'v': {env.v} (versions start at 1)")
     if env.v > SCHEMA_VERSION:
         raise DecodeProblem(
             f"{what} record has v={env.v}, written by a newer version of litmus-sandbox "
@@ -185,6 +197,98 @@ def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
 
 
 _TOO_DEEP = "JSON nested too deeply to decode"
+
+
+class DuplicateKey(Exception):
+    """Raised by :func:`unique_object` on a key found twice in one JSON object."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` for ``json.loads`` that refuses a duplicate key.
+
+    Raises:
+        DuplicateKey: names the key.
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def duplicate_key(line: bytes) -> str | None:
+    """The first key found twice in one object of the JSON ``line``, or None.
+
+    A second, slower parse (the stdlib's, which hands each object's pairs over); numbers
+    are kept as text, so a huge integer costs nothing.
+
+    Raises:
+        DecodeProblem: ``line`` is nested too deeply to parse.
+    """
+    try:
+        json.loads(line, object_pairs_hook=unique_object, parse_int=str, parse_float=str)
+    except DuplicateKey as dup:
+        return dup.key
+    except RecursionError:
+        raise DecodeProblem(_TOO_DEEP) from None
+    except ValueError:
+        return None  # msgspec read it; what the stdlib refuses holds no duplicate it sees
+    return None
+
+
+def _duplicate_problem(key: str) -> DecodeProblem:
+    return DecodeProblem(f"duplicate key {key!r} in one object (which value is meant is ambiguous)")
+
+
+def check_unique_keys(line: bytes, record: Any) -> None:
+    """Raise if ``line`` (stripped), decoded as ``record``, has a duplicate key.
+
+    Free for a line this library wrote: ``record`` re-encodes to the same bytes.
+
+    Raises:
+        DecodeProblem: a duplicate key (named), or a line too deep for the second look.
+    """
+    if _encoder.encode(record) == line:
+        return
+    if (key := duplicate_key(line)) is not None:
+        raise _duplicate_problem(key)
+
+
+_LEGACY_TAIL = b',"unknown_provenance":{}}\n'
+
+
+def canonical_block(records: list[Any], block: bytes, *, legacy: bool = False) -> bool:
+    """Whether ``block`` (whole lines) is what this library's encoder writes for the
+    ``records`` decoded from it, spaces aside (``json.dumps`` writes ``", "`` and
+    ``": "``): then no line of it has a duplicate key.
+
+    ``legacy``: the records are legacy verdicts, whose writer has no
+    ``unknown_provenance`` key (the fast decoder always leaves it empty).
+    """
+    out = _encoder.encode_lines(records)
+    if out == block:
+        return True
+    if legacy:
+        out = out.replace(_LEGACY_TAIL, b"}\n")
+    # Deleting the spaces on both sides (any inside strings too) can merge two keys of
+    # the block but never split one, and the encoder writes each key once: when the
+    # results are equal, every object of the block has as many members as decoded.
+    return out.translate(None, b" ") == block.translate(None, b" ")
+
+
+def block_duplicate(block: bytes, first_line: int) -> tuple[int, DecodeProblem] | None:
+    """The first line of ``block`` with a duplicate key, and the problem, or None."""
+    for offset, line in enumerate(block.split(b"\n")):
+        if line.strip() and (key := duplicate_key(line)) is not None:
+            return first_line + offset, _duplicate_problem(key)
+    return None
 
 
 def _decode_episode_record(line: bytes) -> EpisodeRecord:
@@ -222,6 +326,7 @@ def _decode_episode_record(line: bytes) -> EpisodeRecord:
         record: EpisodeRecord = decoder.decode(line)
     except msgspec.ValidationError as exc:
         raise DecodeProblem(f"invalid {sub or env.kind} record: {exc}") from None
+    check_unique_keys(line, record)
     return record
 
 
@@ -246,6 +351,12 @@ _LEGACY_FIELDS = frozenset(LegacyProvenance.__struct_fields__)
 
 def _decode_verdict_record(line: bytes) -> VerdictRecord:
     """Decode one verdict-stream line: a verdict, a policy record or a legacy verdict."""
+    record = _decode_verdict_shape(line)
+    check_unique_keys(line, record)
+    return record
+
+
+def _decode_verdict_shape(line: bytes) -> VerdictRecord:
     try:
         return verdict_fast_decoder.decode(line)
     except msgspec.ValidationError:

@@ -1,9 +1,14 @@
 """Episode and verdict streams on disk: append-only JSON Lines.
 
 Writers append one record per line and flush each record (optionally ``fsync``), so a
-crash loses at most the line being written. Readers stream line by line, keep every
-whole line, report a torn last line as a warning (its episode reads as incomplete) and
-raise :class:`RecordDecodeError` naming ``file:line`` for any other bad line.
+crash loses at most the line being written. Readers open regular files only
+and cap each line (``_store/files.py``); they stream, keep every whole line, report a
+torn last line as a warning (its episode reads as incomplete) and raise
+:class:`RecordDecodeError` naming ``file:line`` for any other bad line.
+
+Verdict streams are decoded a block of whole lines at a time (``decode_lines``); a block
+that does not decode whole, or whose bytes are not what the encoder would write for it,
+gets a second look line by line, which names the bad line.
 """
 
 from __future__ import annotations
@@ -12,14 +17,16 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import msgspec
 
 from litmus_sandbox._model.codec import (
     DecodeProblem,
+    VerdictRecord,
+    block_duplicate,
+    canonical_block,
     decode_episode_record,
     decode_verdict_record,
     encode,
@@ -36,6 +43,7 @@ from litmus_sandbox._model.records import (
     Step,
     Verdict,
 )
+from litmus_sandbox._store.files import iter_blocks, iter_lines, open_input
 
 
 @dataclass(frozen=True)
@@ -127,18 +135,13 @@ class JsonlWriter:
         self.close()
 
 
-def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
+def _lines(path: str, max_line: int | None) -> Iterator[tuple[int, bytes, bool]]:
     """Yield (line number, content, is_last_without_newline) for non-blank lines."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise RecordDecodeError(path, None, f"cannot open: {exc.strerror or exc}") from None
-    with f:
-        for lineno, raw in enumerate(f, 1):
-            torn = not raw.endswith(b"\n")
+    with open_input(path) as f:
+        for lineno, raw, ended in iter_lines(f, path, max_line):
             line = raw.strip()
             if line:
-                yield lineno, line, torn
+                yield lineno, line, not ended
 
 
 def _raise(path: str, lineno: int, problem: DecodeProblem) -> None:
@@ -166,17 +169,22 @@ def as_paths(paths: PathOrPaths) -> list[str | os.PathLike[str]]:
 
 
 def iter_episodes(
-    paths: PathOrPaths, warnings: list[ReadWarning] | None = None
+    paths: PathOrPaths,
+    warnings: list[ReadWarning] | None = None,
+    *,
+    max_line: int | None = None,
 ) -> Iterator[Episode]:
     """Stream the episodes in ``paths``, each as soon as its ``end`` record is read.
 
     Episodes with no ``end`` are yielded at the end of their file, incomplete. A torn last
     line is reported in ``warnings`` and marks the episode being written as torn when it
     can be told which one that was (otherwise every open episode of the file).
+    ``max_line``: the longest line accepted, in bytes (default: ``files.max_line_bytes``).
 
     Raises:
-        RecordDecodeError: a bad line, a step before its header, a duplicate step index,
-            a record after the episode's end, or an unreadable file.
+        RecordDecodeError: a bad line (a duplicate key, a line over the cap, nesting too
+            deep), a step before its header, a duplicate step index, a record after the
+            episode's end, a file that is not a regular file, or an unreadable file.
         NewerVersionError: a record written by a newer schema version.
     """
     for p in as_paths(paths):
@@ -184,7 +192,7 @@ def iter_episodes(
         open_eps: dict[str, _Building] = {}
         closed: set[str] = set()
         torn_at: dict[str, tuple[int, DecodeProblem]] = {}
-        for lineno, line, last_unterminated in _lines(path):
+        for lineno, line, last_unterminated in _lines(path, max_line):
             try:
                 record = decode_episode_record(line)
             except DecodeProblem as problem:
@@ -259,9 +267,14 @@ def _finish(b: _Building, end: EpisodeEnd | None, path: str) -> Episode:
     return Episode(header=b.header, steps=steps, end=end, source=path, torn=b.torn)
 
 
-def read_episodes(paths: PathOrPaths, warnings: list[ReadWarning] | None = None) -> list[Episode]:
+def read_episodes(
+    paths: PathOrPaths,
+    warnings: list[ReadWarning] | None = None,
+    *,
+    max_line: int | None = None,
+) -> list[Episode]:
     """All episodes of ``paths`` (see :func:`iter_episodes`)."""
-    return list(iter_episodes(paths, warnings))
+    return list(iter_episodes(paths, warnings, max_line=max_line))
 
 
 # ---------------------------------------------------------------- verdicts
@@ -277,74 +290,103 @@ class VerdictStream:
     warnings: list[ReadWarning] = field(default_factory=list)
 
 
-def read_verdicts(path: str | os.PathLike[str]) -> VerdictStream:
+def read_verdicts(path: str | os.PathLike[str], *, max_line: int | None = None) -> VerdictStream:
     """Read a verdict stream (this library's verdicts or legacy ones, or a mix).
 
-    Whole files decode in one pass when every line is well formed; otherwise the file is
-    re-read line by line so that the error names its line.
+    Blocks of whole lines decode in one call when every line is well formed; a block
+    that does not is re-read line by line so that the error names its line.
+    ``max_line``: the longest line accepted, in bytes (default: ``files.max_line_bytes``).
 
     Raises:
-        RecordDecodeError: a bad line (named by ``file:line``) or an unreadable file.
+        RecordDecodeError: a bad line (named by ``file:line``: a duplicate key, a line
+            over the cap, nesting too deep), a file that is not a regular file, or an
+            unreadable file.
         NewerVersionError: a record written by a newer schema version.
     """
     p = os.fspath(path)
-    try:
-        data = Path(p).read_bytes()
-    except OSError as exc:
-        raise RecordDecodeError(p, None, f"cannot open: {exc.strerror or exc}") from None
     out = VerdictStream(p)
-    if data.endswith(b"\n") or not data.strip():
-        fast = _fast_verdicts(data)
-        if fast is not None:
-            # Policy records head the stream: split them off without a per-record loop
-            # when none follows a verdict (else keep file order, one record at a time).
-            head = 0
-            while head < len(fast) and isinstance(fast[head], PolicyRecord):
-                head += 1
-            if not any(
-                issubclass(t, PolicyRecord) for t in set(map(type, islice(fast, head, None)))
-            ):
-                out.policies.extend(fast[:head])
-                del fast[:head]
-                out.verdicts = fast
-                return out
-            for rec in fast:
+    for records in iter_verdict_records(p, out.warnings, max_line=max_line):
+        types = set(map(type, records))
+        if PolicyRecord not in types:
+            out.verdicts.extend(cast("list[AnyVerdict]", records))
+        elif len(types) == 1:
+            out.policies.extend(cast("list[PolicyRecord]", records))
+        else:
+            for rec in records:
                 if isinstance(rec, PolicyRecord):
                     out.policies.append(rec)
                 else:
                     out.verdicts.append(rec)
-            return out
-    for lineno, line, last_unterminated in _lines(p):
-        try:
-            rec = decode_verdict_record(line)
-        except DecodeProblem as problem:
-            if last_unterminated and not problem.newer:
-                out.warnings.append(
-                    ReadWarning(
-                        p,
-                        lineno,
-                        "torn last line (the writer stopped mid-record); kept every whole line",
-                    )
-                )
-                break
-            _raise(p, lineno, problem)
-            raise AssertionError("unreachable") from None
-        if isinstance(rec, PolicyRecord):
-            out.policies.append(rec)
-        else:
-            out.verdicts.append(rec)
     return out
 
 
-def _fast_verdicts(data: bytes) -> list[Any] | None:
-    """Decode a whole well-formed file in one call, or return None to go line by line."""
-    head = data[: data.find(b"\n")] if b"\n" in data else data
-    decoder = verdict_fast_decoder if b'"kind"' in head else legacy_fast_decoder
+def iter_verdict_records(
+    path: str | os.PathLike[str],
+    warnings: list[ReadWarning] | None = None,
+    *,
+    max_line: int | None = None,
+) -> Iterator[list[VerdictRecord]]:
+    """Stream the records of a verdict stream in file order, a block at a time (memory
+    stays bounded by the block, not the file). A torn last line goes to ``warnings``.
+
+    Raises:
+        RecordDecodeError, NewerVersionError: as :func:`read_verdicts`.
+    """
+    p = os.fspath(path)
+    with open_input(p) as f:
+        for first, block in iter_blocks(f, p, max_line):
+            if not block.endswith(b"\n"):  # the last line, with no newline
+                yield from _slow_block(p, first, block, warnings, ended=False)
+                return
+            fast = _fast_block(block)
+            if fast is not None:
+                yield fast
+            else:
+                yield from _slow_block(p, first, block, warnings, ended=True)
+
+
+def _fast_block(block: bytes) -> list[VerdictRecord] | None:
+    """Decode a block of whole well-formed lines in one call, or None to go line by line.
+
+    A block that names no ``kind`` can only hold legacy verdicts; one that does is
+    decoded as this library's records (a legacy line among them sends the block to the
+    line-by-line reader, which tells each line by its own fields).
+    """
+    legacy = b'"kind"' not in block
+    decoder = legacy_fast_decoder if legacy else verdict_fast_decoder
     try:
-        records: list[Any] = decoder.decode_lines(data)
+        records: list[Any] = decoder.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None  # the per-line reader names the line and its problem
+    if not canonical_block(records, block, legacy=legacy) and block_duplicate(block, 1):
+        return None  # the per-line reader names the line with the duplicate key
     return records
+
+
+def _slow_block(
+    p: str, first: int, block: bytes, warnings: list[ReadWarning] | None, *, ended: bool
+) -> Iterator[list[VerdictRecord]]:
+    out: list[VerdictRecord] = []
+    lines = block.split(b"\n")
+    if ended:
+        lines.pop()  # the empty string after the last newline
+    for offset, raw in enumerate(lines):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            out.append(decode_verdict_record(line))
+        except DecodeProblem as problem:
+            if not ended and offset == len(lines) - 1 and not problem.newer:
+                if warnings is not None:
+                    warnings.append(ReadWarning(p, first + offset, _TORN_LAST))
+                break
+            _raise(p, first + offset, problem)
+    if out:
+        yield out
+
+
+_TORN_LAST = "torn last line (the writer stopped mid-record); kept every whole line"
 
 
 def write_verdicts(

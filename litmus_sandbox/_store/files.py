@@ -1,0 +1,283 @@
+"""Bounded reading of input files: every reader opens and reads through here.
+
+Theory of operation
+-------------------
+An input is opened only if it is a regular file (:func:`open_input`): a FIFO, a
+directory, a device such as ``/dev/zero`` or a socket is refused with one line,
+``PATH: not a regular file``, before a byte is read, so no reader can hang on a pipe
+nobody writes or read forever from a device. ``-`` means standard input where a reader
+asks for it (``allow_stdin``).
+
+Lines are read with a cap on one line's length (:func:`max_line_bytes`: a keyword of each
+public reader, else ``$LITMUS_MAX_LINE_BYTES``, else :data:`DEFAULT_MAX_LINE_BYTES`). A
+line over the cap is a :class:`RecordDecodeError` naming ``file:line``; memory then stays
+bounded by the cap whatever the input. Two shapes of reading share the cap:
+
+* :func:`iter_lines` gives one line at a time (episode streams, exclusion lists);
+* :func:`iter_blocks` gives runs of whole lines a few MiB at a time, for decoders that
+  decode many lines in one call (``decode_lines``: verdict streams). Blocks are read at
+  most the cap at a time, so a line that fits in one read is within the cap and only the
+  line that straddles two reads needs measuring.
+
+Documents read whole (a policy file, ``.json`` and ``.toml`` exclusion lists) are capped
+at the same size (:func:`read_bounded_text`), and :func:`read_toml` turns a document
+nested too deeply for ``tomllib`` into an error naming its line.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
+
+#: The longest line (and the largest document read whole) a reader accepts, by default.
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+#: Environment variable that sets the cap for every reader (bytes; ``K``, ``M``, ``G``
+#: suffixes are powers of 1024).
+MAX_LINE_ENV = "LITMUS_MAX_LINE_BYTES"
+#: How much :func:`iter_blocks` reads at a time (never more than the cap).
+BLOCK_BYTES = 8 * 1024 * 1024
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def max_line_bytes(limit: int | None = None) -> int:
+    """The line cap in force: ``limit``, else ``$LITMUS_MAX_LINE_BYTES``, else the default.
+
+    Raises:
+        ConfigError: ``limit`` or the environment variable is not a positive size.
+    """
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"max_line must be a positive number of bytes, not {limit!r}")
+        return limit
+    value = os.environ.get(MAX_LINE_ENV)
+    if not value:
+        return DEFAULT_MAX_LINE_BYTES
+    m = _SIZE.fullmatch(value)
+    if m is None or int(m.group(1)) < 1:
+        raise ConfigError(
+            f"${MAX_LINE_ENV}={value!r}: expected a positive size in bytes (e.g. 16777216 or 16M)"
+        )
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def _too_long(limit: int) -> str:
+    return (
+        f"line longer than {_human(limit)} (the limit on one line; raise it with ${MAX_LINE_ENV})"
+    )
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return f" ({name})"
+    return ""
+
+
+def open_input(path: str | os.PathLike[str], *, allow_stdin: bool = False) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file (``-``: standard input, when
+    ``allow_stdin``). The caller closes what it gets.
+
+    Raises:
+        RecordDecodeError: not a regular file, or it cannot be opened.
+    """
+    p = os.fspath(path)
+    if allow_stdin and p == "-":
+        return os.fdopen(os.dup(0), "rb")  # a duplicate: closing it leaves stdin open
+    # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of hanging.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(p, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if exc.errno == errno.ENXIO or not stat.S_ISREG(mode):  # a socket: ENXIO
+            raise RecordDecodeError(p, None, f"not a regular file{_kind(mode)}") from None
+        raise RecordDecodeError(p, None, f"cannot open: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RecordDecodeError(p, None, f"not a regular file{_kind(mode)}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def iter_lines(
+    f: BinaryIO, path: str, max_line: int | None = None
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line number, line, ended)`` for every line of ``f``, newline included;
+    ``ended`` is False only for a last line with no newline.
+
+    Raises:
+        RecordDecodeError: a line longer than the cap (named ``file:line``).
+    """
+    limit = max_line_bytes(max_line)
+    lineno = 0
+    while raw := f.readline(limit + 1):
+        lineno += 1
+        if raw.endswith(b"\n"):
+            yield lineno, raw, True
+        elif len(raw) > limit:
+            raise RecordDecodeError(path, lineno, _too_long(limit))
+        else:
+            yield lineno, raw, False
+
+
+def iter_blocks(
+    f: BinaryIO, path: str, max_line: int | None = None, block: int = BLOCK_BYTES
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(number of its first line, block)``: the lines of ``f`` in runs of whole
+    lines, newlines included; the last block may end with a line that has no newline.
+
+    Raises:
+        RecordDecodeError: a line longer than the cap (named ``file:line``).
+    """
+    limit = max_line_bytes(max_line)
+    size = max(1, min(block, limit))
+    pending = b""
+    lineno = 1
+    while chunk := f.read(size):
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            pending += chunk
+            if len(pending) > limit:
+                raise RecordDecodeError(path, lineno, _too_long(limit))
+            continue
+        if len(pending) + chunk.find(b"\n") > limit:  # the one line that straddles reads
+            raise RecordDecodeError(path, lineno, _too_long(limit))
+        whole = pending + chunk[: cut + 1] if pending else chunk[: cut + 1]
+        yield lineno, whole
+        lineno += whole.count(b"\n")
+        pending = chunk[cut + 1 :]
+    if pending:
+        yield lineno, pending
+
+
+def read_bounded_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The whole of the regular file ``path``, at most ``limit`` bytes (the line cap).
+
+    Raises:
+        RecordDecodeError: not a regular file, unreadable, or larger than the limit.
+    """
+    p = os.fspath(path)
+    cap = max_line_bytes(limit)
+    with open_input(p) as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise RecordDecodeError(
+            p, None, f"larger than {_human(cap)} (the limit; raise it with ${MAX_LINE_ENV})"
+        )
+    return data
+
+
+def read_bounded_text(path: str | os.PathLike[str], limit: int | None = None) -> str:
+    """The whole of the regular file ``path`` as UTF-8 text, at most ``limit`` bytes.
+
+    Raises:
+        RecordDecodeError: as :func:`read_bounded_bytes`, or not UTF-8 (naming the line).
+    """
+    p = os.fspath(path)
+    return decode_utf8(read_bounded_bytes(p, limit), p)
+
+
+def decode_utf8(data: bytes, path: str, lineno: int | None = None) -> str:
+    """``data`` as UTF-8 text; ``lineno`` is its first line's number (None: count lines).
+
+    Raises:
+        RecordDecodeError: not UTF-8, naming the line.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = (lineno or 1) + data.count(b"\n", 0, exc.start)
+        raise RecordDecodeError(path, line, "not UTF-8 text") from None
+
+
+def read_toml(path: str | os.PathLike[str], limit: int | None = None) -> dict[str, Any]:
+    """Parse the TOML file ``path`` (read as :func:`read_bounded_text` does).
+
+    Raises:
+        RecordDecodeError: as :func:`read_bounded_text`, not valid TOML, or nested too
+            deeply for the parser (naming the line where it gets too deep).
+    """
+    p = os.fspath(path)
+    text = read_bounded_text(p, limit)
+    if (line := _deep_dotted_key(text)) is not None:
+        # tomllib takes time quadratic in a dotted key's length, then nests that deep.
+        raise RecordDecodeError(p, line, f"{TOO_DEEP} (a dotted key of over {DEEP} parts)")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecordDecodeError(p, None, f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise RecordDecodeError(p, too_deep_line(text, toml=True), TOO_DEEP) from None
+
+
+#: The problem a document nested deeper than its parser can follow is reported as.
+TOO_DEEP = "nested too deeply to decode"
+#: Depth past which :func:`too_deep_line` names a line (parsers give up a little further).
+DEEP = 100
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}\n]', re.DOTALL)
+_TOML_TOKENS = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}\n]',
+    re.DOTALL,
+)
+
+
+_KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_DOTTED = re.compile(
+    rf"""{_TOML_TOKENS.pattern}|(?P<chain>(?:{_KEY}[ \t]*\.[ \t]*){{{DEEP},}}{_KEY})""",
+    re.DOTALL,
+)
+
+
+def _deep_dotted_key(text: str) -> int | None:
+    """The line of the first dotted key (``a.b.c``) of more than :data:`DEEP` parts."""
+    for m in _DOTTED.finditer(text):
+        if m.group("chain") is not None:
+            return text.count("\n", 0, m.start()) + 1
+    return None
+
+
+def too_deep_line(text: str, *, toml: bool = False) -> int | None:
+    """The line on which the JSON (or TOML) ``text`` first nests deeper than :data:`DEEP`
+    arrays and objects, strings and comments aside; None if it never does."""
+    depth, line = 0, 1
+    for m in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+            if depth > DEEP:
+                return line
+        elif tok in "]}":
+            depth -= 1
+        else:  # a newline, or a string or comment that may span lines
+            line += tok.count("\n")
+    return None
