@@ -1,7 +1,9 @@
 """Episode and verdict streams on disk: append-only JSON Lines.
 
-Writers append one record per line and flush each record (optionally ``fsync``), so a
-crash loses at most the line being written. Readers open regular files only
+Writers append one record per line, each with one ``write`` (optionally ``fsync``), so
+a crash loses at most the line being written; a write that fails (a full disk) is undone
+back to the last whole record before the error is raised, or, when another writer has
+appended since, the next record starts on a fresh line. Readers open regular files only
 and cap each line (``_store/files.py``); they stream, keep every whole line, report a
 torn last line as a warning (its episode reads as incomplete) and raise
 :class:`RecordDecodeError` naming ``file:line`` for any other bad line.
@@ -18,7 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import msgspec
 
@@ -69,9 +71,11 @@ class RecordingWarning(UserWarning):
 
 
 class JsonlWriter:
-    """Append records to a JSON Lines file, one flushed line per record.
+    """Append records to a JSON Lines file, one ``write`` per record.
 
     Thread-safe: tools running in worker threads may record through the same writer.
+    A write that fails (``OSError``: a full disk, a quota) leaves the file ending with
+    the last whole record, then raises.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -79,54 +83,82 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._lock = threading.Lock()
-        self._file: IO[bytes] | None = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._ensure_line_start()
-
-    def _ensure_line_start(self) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self._fd: int | None = os.open(self.path, flags, 0o666)
         # If a previous writer crashed mid-line, start on a fresh line so the torn
         # fragment stays a single bad line instead of corrupting our first record.
-        assert self._file is not None
-        if self._file.tell() == 0:
-            return
+        self._fresh_line = self._ends_mid_line()
+
+    def _ends_mid_line(self) -> bool:
+        assert self._fd is not None
+        if os.fstat(self._fd).st_size == 0:
+            return False
         with open(self.path, "rb") as f:
             f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                self._file.write(b"\n")
-                self._file.flush()
+            return f.read(1) != b"\n"
 
     def write(self, record: msgspec.Struct) -> None:
-        """Append one record and flush it (and fsync it, if configured)."""
-        data = encode(record)
-        with self._lock:
-            if self._file is None:
-                raise ValueError(f"{self.path}: writer is closed")
-            self._file.write(data)
-            self._file.flush()
-            if self._fsync:
-                os.fsync(self._file.fileno())
+        """Append one record (and fsync it, if configured).
+
+        Raises:
+            OSError: the write failed; the file still ends with the last whole record.
+        """
+        self._append(encode(record))
 
     def write_many(self, records: Iterable[msgspec.Struct]) -> None:
-        """Append several records with one flush at the end."""
-        data = b"".join(encode(r) for r in records)
+        """Append several records with one write.
+
+        Raises:
+            OSError: the write failed; the records written whole are kept, the rest not.
+        """
+        self._append(b"".join(encode(r) for r in records))
+
+    def _append(self, data: bytes) -> None:
         with self._lock:
-            if self._file is None:
+            if self._fd is None:
                 raise ValueError(f"{self.path}: writer is closed")
-            self._file.write(data)
-            self._file.flush()
+            if self._fresh_line:
+                data = b"\n" + data
+            done = 0
+            try:
+                while done < len(data):
+                    done += os.write(self._fd, data[done:])
+            except OSError:
+                self._undo(data, done)
+                raise
+            self._fresh_line = False
             if self._fsync:
-                os.fsync(self._file.fileno())
+                os.fsync(self._fd)
+
+    def _undo(self, data: bytes, done: int) -> None:
+        """Drop the part of ``data`` written after its last whole record."""
+        assert self._fd is not None
+        keep = data.rfind(b"\n", 0, done) + 1
+        if keep == done:
+            self._fresh_line = self._fresh_line and done == 0
+            return
+        # O_APPEND: the file position is just past what this write put at the end.
+        end = os.lseek(self._fd, 0, os.SEEK_CUR)
+        try:
+            if os.fstat(self._fd).st_size == end:  # nobody appended after it
+                os.ftruncate(self._fd, end - (done - keep))
+                self._fresh_line = self._fresh_line and keep == 0
+                return
+        except OSError:
+            pass
+        self._fresh_line = True  # the torn part stays: start the next record after it
 
     def sync(self) -> None:
         """fsync what was written so far."""
         with self._lock:
-            if self._file is not None:
-                os.fsync(self._file.fileno())
+            if self._fd is not None:
+                os.fsync(self._fd)
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def __enter__(self) -> JsonlWriter:
         return self
