@@ -39,7 +39,6 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 
 from litmus_sandbox._core.rules import RuleConfig, RulesJudge
-from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import FindingCode
 
@@ -59,12 +58,8 @@ class RefusalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 re.compile(pattern)
             except re.error as exc:
                 raise ConfigError(
-                    f"patterns[{i}] is not a valid regular expression: {exc}"
+                    f"patterns[{i}] {pattern!r} is not a valid regular expression: {exc}"
                 ) from None
-        try:  # the detector matches them as one expression: inline flags cannot be used
-            RefusalDetector(self.name, self.version, self.patterns)
-        except re.error as exc:
-            raise ConfigError(f"patterns cannot be matched together: {exc}") from None
 
 
 class OracleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

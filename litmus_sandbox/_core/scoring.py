@@ -81,7 +81,9 @@ class RefusalDetector:
         self.name = name
         self.version = version
         self.patterns = tuple(patterns)
-        self._regex = re.compile("|".join(f"(?:{p})" for p in self.patterns), re.IGNORECASE)
+        # Each pattern is compiled on its own, so one may carry inline flags (``(?i)…``,
+        # only valid at the start of a whole expression); re.error names the bad one.
+        self._regexes = tuple(re.compile(p, re.IGNORECASE) for p in self.patterns)
         self.fingerprint = fingerprint(
             {"name": name, "version": version, "patterns": list(self.patterns)}
         )
@@ -97,7 +99,8 @@ class RefusalDetector:
     def is_refusal_text(self, text: str) -> bool:
         """True if ``text`` reads as a refusal (the heuristic alone, no labels)."""
         # Typographic apostrophes are folded so a typographic "can't" reads like "I can't".
-        return self._regex.search(text.replace("\u2019", "'")) is not None
+        folded = text.replace("\u2019", "'")
+        return any(regex.search(folded) is not None for regex in self._regexes)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "patterns": list(self.patterns)}

@@ -33,6 +33,10 @@ BAD = [
     ('[refusal]\nnmae = "x"\n', r"\[refusal\]: unknown key 'nmae'; did you mean 'name'\?"),
     ('[egress]\n"x.example" = { stauts = 403 }\n', r"\[egress\] 'x.example': .*'stauts'"),
     ("[tool]\n", r"unknown table \[tool\]; did you mean 'tools'\?"),
+    (
+        '[refusal]\npatterns = ["fine", "(unclosed"]\n',
+        r"\[refusal\]: patterns\[1\] '\(unclosed' is not a valid regular expression",
+    ),
 ]
 
 CONSUMERS: dict[str, Callable[[Path], object]] = {
@@ -118,8 +122,7 @@ def test_a_bad_policy_is_one_line_and_exit_2_for_every_command(
         ({"judge": {"fallback": {"lable": "x"}}}, "[judge.fallback]: unknown key 'lable'"),
         ({"judge": {"fallback": {"kind": "rulez"}}}, "[judge.fallback]: unknown judge kind"),
         ({"judge": {"fallback": {"fallback": {}}}}, "cannot have a fallback of its own"),
-        ({"refusal": {"patterns": ["("]}}, "[refusal]: patterns[0] is not a valid regular"),
-        ({"refusal": {"patterns": ["(?i)x"]}}, "[refusal]: patterns cannot be matched together"),
+        ({"refusal": {"patterns": ["("]}}, "[refusal]: patterns[0] '(' is not a valid regular"),
         ({"egress": {"x.example": "block"}}, "[egress] 'x.example': unknown egress mode 'block'"),
     ],
 )
@@ -202,3 +205,14 @@ def test_policy_file_unknown_table_is_rejected(tmp_path: Path) -> None:
         load_policy(p)
     with pytest.raises(ConfigError, match="unknown table"):
         Policy.from_file(p)
+
+
+def test_refusal_patterns_may_carry_inline_flags(tmp_path: Path) -> None:
+    """README's own example: each pattern is its own expression, so ``(?i)`` at its start is
+    valid (joined into one alternation, it was "global flags not at the start")."""
+    path = tmp_path / "p.toml"
+    path.write_text('[refusal]\npatterns = ["(?i)I can\'t help", "(?s)no.way"]\n')
+    detector = load_policy(path).detector
+    assert detector.is_refusal_text("Sorry, i CAN'T HELP with that")
+    assert detector.is_refusal_text("no\nway")
+    assert not detector.is_refusal_text("Here is how to do it")
