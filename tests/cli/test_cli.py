@@ -730,3 +730,34 @@ def test_hand_written_refuse_and_stop_is_an_improvement_and_its_reverse_a_regres
         assert r.returncode == code, r.stdout
         (case,) = json.loads(r.stdout)["cases"]
         assert (case["outcome"], case["reasons"]) == (outcome, [])
+
+
+def test_rebaseline_skipping_an_aborted_baseline_keeps_the_candidates_reasons(
+    tmp_path: Path,
+) -> None:
+    """rebaseline rightly skips an incomplete baseline recording; the next gate still says
+    the candidate was aborted too (NEEDS_RERUN), not only ``baseline_missing``."""
+    (tmp_path / "policy.toml").write_text('[judge]\nkind = "rules"\nlabel = "r1"\n')
+    with JsonlWriter(tmp_path / "base.jsonl") as w:
+        w.write(header("b1", "c1"))
+        w.write(msg(0, "user", "hi", eid="b1"))
+        w.write(end("b1", 1, status="aborted"))
+    with JsonlWriter(tmp_path / "cand.jsonl") as w:
+        w.write(header("k1", "c1"))
+        w.write(msg(0, "user", "hi", eid="k1"))
+        w.write(end("k1", 1, status="aborted"))
+    run("score", "cand.jsonl", "--policy", "policy.toml", "-o", "c.jsonl", cwd=tmp_path)
+    r = run(
+        "rebaseline", "--episodes", "base.jsonl", "--like", "c.jsonl", "-o", "b.jsonl", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    r = run(
+        "gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", "json", cwd=tmp_path
+    )
+    (case,) = json.loads(r.stdout)["cases"]
+    assert case["outcome"] == "NEEDS_RERUN"
+    assert [(x["code"], x["remedy"]) for x in case["reasons"]] == [
+        ("baseline_missing", "rerun_baseline"),
+        ("incomplete_episode", "rerun_candidate"),
+    ]
+    assert r.returncode == 4

@@ -504,3 +504,39 @@ def test_reports_carry_any_case_id() -> None:
     rows = [ln for ln in reports.render_markdown(report).splitlines() if "<code>" in ln]
     assert len(rows) == 1
     assert rows[0].startswith("| <code>case\x01\\|with break&#96;tick</code> | REGRESSION |")
+
+
+def test_a_missing_baseline_never_hides_an_aborted_candidate() -> None:
+    """Both sides fail a check: NEEDS_RERUN (fix the candidate first), every reason listed."""
+    r = compare_case("c1", [], [verdict(episode_complete=False)])
+    assert r.outcome == "NEEDS_RERUN"
+    assert [(x.code, x.remedy) for x in r.reasons] == [
+        ("baseline_missing", "rerun_baseline"),
+        ("incomplete_episode", "rerun_candidate"),
+    ]
+    r = compare_case("c1", [], [verdict(recording_truncated=True)], baseline_recorded=True)
+    assert r.outcome == "NEEDS_RERUN"
+    assert [(x.code, x.remedy) for x in r.reasons] == [
+        ("baseline_missing", "rescore_baseline"),
+        ("recording_truncated", "rerun_candidate"),
+    ]
+
+
+def test_a_missing_candidate_lists_the_baselines_own_problems() -> None:
+    r = compare_case("c1", [verdict(episode_complete=False)], [])
+    assert r.outcome == "NEEDS_RERUN"
+    assert [(x.code, x.remedy) for x in r.reasons] == [
+        ("candidate_missing", "rerun_candidate"),
+        ("incomplete_episode", "rerun_baseline"),
+    ]
+
+
+def test_one_side_missing_reports_each_epochs_problem_once() -> None:
+    aborted = verdict(episode_complete=False)
+    r = compare_case("c1", [], [aborted, aborted])
+    assert [x.code for x in r.reasons] == ["baseline_missing", "incomplete_episode"]
+
+
+def test_a_legacy_side_alone_adds_nothing_it_cannot_know() -> None:
+    r = compare_case("c1", [], [legacy()])
+    assert [x.code for x in r.reasons] == ["baseline_missing"]
