@@ -29,7 +29,9 @@ import httpx
 import msgspec
 
 from litmus_sandbox._model.codec import cut_short
-from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
+from litmus_sandbox._model.errors import ConfigError, NewerVersionError, RecordDecodeError
+from litmus_sandbox._model.records import SCHEMA_VERSION
+from litmus_sandbox._store.files import iter_lines, open_input
 from litmus_sandbox._store.streams import JsonlWriter, ReadWarning, RecordingWarning
 from litmus_sandbox.oracles.egress._flow import EgressFlow
 
@@ -102,6 +104,15 @@ class HttpExchange(msgspec.Struct, frozen=True, kw_only=True, tag="http", tag_fi
 _decoder = msgspec.json.Decoder(HttpExchange)
 
 
+def _checked(ex: HttpExchange, path: str, lineno: int) -> HttpExchange:
+    if not 1 <= ex.v <= SCHEMA_VERSION:
+        cls = NewerVersionError if ex.v > SCHEMA_VERSION else RecordDecodeError
+        raise cls(
+            path, lineno, f"http record has v={ex.v} (this version reads 1 to {SCHEMA_VERSION})"
+        )
+    return ex
+
+
 _TORN = "torn last line (the recorder stopped mid-record); kept every whole line"
 _TORN_RECORD = "torn record (a write cut short by a crash, appended after); kept every whole line"
 
@@ -137,17 +148,13 @@ class HttpCassette:
         torn: list[ReadWarning] = []
         for p in paths:
             path = os.fspath(p)
-            try:
-                f = open(path, "rb")  # noqa: SIM115 - closed by the with below
-            except OSError as exc:
-                raise RecordDecodeError(path, None, f"cannot open: {exc.strerror or exc}") from None
-            with f:
-                for lineno, raw in enumerate(f, 1):
+            with open_input(path) as f:  # a regular file only, each line capped
+                for lineno, raw, _ in iter_lines(f, path):
                     if not raw.strip():
                         continue
                     line = raw.strip()
                     try:
-                        exchanges.append(_decoder.decode(line))
+                        exchanges.append(_checked(_decoder.decode(line), path, lineno))
                     except msgspec.DecodeError as exc:
                         if not raw.endswith(b"\n"):  # the last line, cut mid-record
                             torn.append(ReadWarning(path, lineno, _TORN))
