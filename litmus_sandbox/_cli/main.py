@@ -305,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_flags(p)
     p.set_defaults(func=cmd_rebaseline)
     add_replay_parsers(sub)
+    _add_import_parsers(sub)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
     p = sub.add_parser(
         "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
@@ -315,6 +316,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+#: ``import KIND``: the adapter module that turns another harness's logs into episodes,
+#: by kind, and what it reads. Each module has ``run(args)``; it is imported only when its
+#: command runs, so other commands never load the harness.
+IMPORTERS: dict[str, tuple[str, str]] = {
+    "inspect": ("litmus_sandbox.adapters.inspect._cli", "Inspect AI logs (.eval or .json)"),
+}
+
+
+def _add_import_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
+    p = sub.add_parser("import", help="turn other harnesses' logs into episode streams")
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=Parser)
+    for kind, (module, what) in IMPORTERS.items():
+        k = kinds.add_parser(kind, help=f"import {what}")
+        k.add_argument("logs", nargs="+", metavar="LOG", help=what)
+        k.add_argument(
+            "-o",
+            "--output",
+            required=True,
+            metavar="EPISODES.jsonl",
+            help="episode stream to write",
+        )
+        k.set_defaults(func=cmd_import, importer=module)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import importlib
+
+    code: int = importlib.import_module(args.importer).run(args)
+    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
