@@ -29,6 +29,7 @@ followed its recording.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import time
@@ -115,6 +116,10 @@ class Recording:
         self._inline = wiring.inline
         self._next_index = 0
         self._calls = 0
+        #: Steps written to the stream (a step whose write failed is numbered, not counted).
+        self._written = 0
+        #: The first failed write of a step (disk full …): the episode then ends aborted.
+        self.write_failure: OSError | None = None
         #: Facts learnt during the episode that go in its ``end`` record's ``meta``
         #: (adapters use it for what they learn after the header is written).
         self.end_meta: dict[str, Any] = {}
@@ -147,7 +152,26 @@ class Recording:
             raise ConfigError(
                 f"episode {self.episode_id} ended while this call ran: its step is not recorded"
             )
-        await self._stream.write(record)
+        try:
+            await self._stream.write(record)
+        except OSError as exc:
+            self._failed(exc)
+            raise
+        self._written += 1
+
+    def _write_now(self, record: msgspec.Struct) -> None:
+        try:
+            self._stream.write_now(record)
+        except OSError as exc:
+            self._failed(exc)
+            raise
+        self._written += 1
+
+    def _failed(self, exc: OSError) -> None:
+        # The writer left the stream as it was before the failed record; the error goes on
+        # to the caller, and the episode can no longer end complete.
+        if self.write_failure is None:
+            self.write_failure = exc
 
     def message(self, role: str, text: str, *, refusal: bool | None = None) -> None:
         """Record a message. Refusals are recorded like any message, never a stopping point.
@@ -174,7 +198,7 @@ class Recording:
             refusal=refusal,
             at=time.time(),
         )
-        self._stream.write_now(step)
+        self._write_now(step)
 
     async def call(self, tool: str, /, **args: Any) -> ToolResult:
         """Call ``tool`` under its policy and record the step before returning.
@@ -363,7 +387,7 @@ class Recording:
         self._require_open()
         if finalize is not None:
             step = finalize(step)
-        self._stream.write_now(step)
+        self._write_now(step)
         return step
 
     async def end(
@@ -375,6 +399,14 @@ class Recording:
         summary in the end record's ``meta``.
         """
         self.ended = True
+        if self.write_failure is not None:
+            lost = self._next_index - self._written
+            failure = (
+                f"writing the episode stream failed ({_describe_os_error(self.write_failure)}); "
+                f"{lost} step{'' if lost == 1 else 's'} not recorded"
+            )
+            status = "aborted"
+            reason = failure if reason is None else f"{reason}; {failure}"
         unattributed, findings = (
             await self._watch.finish() if self._watch is not None else (Effects(), ())
         )
@@ -390,7 +422,7 @@ class Recording:
                 v=SCHEMA_VERSION,
                 episode_id=self.episode_id,
                 status=status,
-                steps=self._next_index,
+                steps=self._written,
                 reason=reason,
                 at=datetime.now(UTC).isoformat(),
                 unattributed=unattributed,
@@ -398,3 +430,10 @@ class Recording:
                 meta=end_meta,
             )
         )
+
+
+def _describe_os_error(exc: OSError) -> str:
+    """``[Errno 28] No space left on device`` as ``No space left on device (ENOSPC)``."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
