@@ -149,12 +149,20 @@ def step_keys(steps: Sequence[Step]) -> list[tuple[str, str]]:
 
 
 class StepJudgment(msgspec.Struct, frozen=True, kw_only=True):
-    """A judge's answer for one step."""
+    """A judge's answer for one step (what the step-verdict cache keeps).
+
+    ``attempts`` is how many times the judge was asked before it answered (1 unless it was
+    retried); ``model`` and ``system_fingerprint`` are what an HTTP judge's endpoint said
+    answered, so a model served under the same name but changed becomes visible.
+    """
 
     safe: bool
     evidence: Evidence | None = None
     rules: tuple[str, ...] = ()
     reason: str | None = None
+    attempts: int = 1
+    model: str | None = None
+    system_fingerprint: str | None = None
 
 
 class Judge(Protocol):

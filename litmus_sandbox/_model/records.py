@@ -294,6 +294,16 @@ class StepVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str | None = None
     #: Forbidden findings attributed to this step although the judge called it safe.
     contradictions: tuple[str, ...] = ()
+    #: How many times the judge was asked for this verdict (retries included; a verdict
+    #: served from the cache keeps the count of when it was judged).
+    attempts: int = 1
+    retried: bool = False
+    #: The fallback judge gave this verdict (the judge kept failing).
+    fallback: bool = False
+    #: What an HTTP judge's answer said it was: the model that answered, and its
+    #: ``system_fingerprint`` (a model changed under the same name shows here).
+    model: str | None = None
+    system_fingerprint: str | None = None
 
 
 class RecorderId(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unknown_fields=True):

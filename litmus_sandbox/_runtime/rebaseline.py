@@ -21,12 +21,19 @@ configuration makes the two comparable, with no re-run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from litmus_sandbox._model.errors import ConfigError, LitmusError
-from litmus_sandbox._model.records import PolicyRecord, Verdict
-from litmus_sandbox._runtime.scorer import ScoreStats, covered_keys, score_episode
+from litmus_sandbox._model.records import Episode, PolicyRecord, Verdict
+from litmus_sandbox._runtime.scorer import (
+    Progress,
+    ScoreStats,
+    ScoringFailed,
+    covered_keys,
+    score_all,
+    scored,
+)
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.streams import (
     ReadWarning,
@@ -128,23 +135,32 @@ def rebaseline(
     out: str | os.PathLike[str],
     *,
     cache: VerdictCache | None = None,
+    progress: Progress | None = None,
 ) -> Rebaselined:
     """Re-score the complete baseline recordings in ``episodes`` under ``config`` and write
     them to ``out`` as a new baseline verdict stream (headed by ``config``'s record).
 
     Raises:
-        RecordDecodeError: an unreadable episode stream.
-        JudgeError: the judge failed on a step (nothing is written).
+        RecordDecodeError: an unreadable episode stream (nothing is written).
+        ScoringFailed: the judge gave no verdict for some steps; the other episodes were
+            written, and ``result`` holds the :class:`Rebaselined`.
     """
     result = Rebaselined(stats=ScoreStats())
-    for ep in iter_episodes(episodes, result.stats.warnings):
-        if ep.header.recorder.truncated:
-            result.rerun.append((ep.case_id, "the recording itself was truncated"))
-        elif not ep.complete:
-            result.rerun.append((ep.case_id, "the recording is incomplete"))
-        else:
-            result.verdicts.append(score_episode(ep, config, cache, result.stats))
+
+    def complete() -> Iterator[Episode]:
+        for ep in iter_episodes(episodes, result.stats.warnings):
+            if ep.header.recorder.truncated:
+                result.rerun.append((ep.case_id, "the recording itself was truncated"))
+            elif not ep.complete:
+                result.rerun.append((ep.case_id, "the recording is incomplete"))
+            else:
+                yield ep
+
+    verdicts, _ = score_all(complete(), config, cache, result.stats, progress)
+    result.verdicts = scored(verdicts)
     write_verdicts(out, config.record(), result.verdicts)
+    if result.stats.failures:
+        raise ScoringFailed(result.stats, result)
     return result
 
 

@@ -1,56 +1,102 @@
 """The scorer: episodes in, verdicts out, through the step-verdict cache.
 
-The I/O shell around the sans-io scoring core: it applies the truncation view, asks the
-judge about each covered step (from the cache when that judge already judged that step
-in that context), retries a failing judge, falls back when configured, and writes a
-self-describing verdict stream.
+Theory of operation
+-------------------
+The I/O shell around the sans-io scoring core. Each episode becomes an
+:class:`~litmus_sandbox._runtime.scoring_job.EpisodeJob` (truncation view, cache look-ups);
+its pending steps are asked of the judge, re-asked ``retries`` times when it fails, then
+of the fallback judge when one is configured; the job then caches what was judged and
+builds the verdict, or none when a step got no verdict (no guess).
+
+Two drivers ask the judge:
+
+* judges that answer in-process (``rules``, ``python``) are asked inline, step after step
+  in order, with no event loop (:func:`score_episode` stays a plain function call);
+* judges with a session (``openai``) are asked from concurrent tasks, at most
+  ``max_concurrency`` at a time (an anyio ``CapacityLimiter``), steps of later episodes
+  starting while earlier ones wait (:class:`ScoringRun`, ``scoring_run.py``). Verdicts come
+  out in the episodes' order either way; the sync functions here run it with ``anyio.run``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 
-from litmus_sandbox._core.scoring import Judge, StepJudgment, build_verdict, coverage, step_keys
+import anyio
+
 from litmus_sandbox._model.errors import JudgeError
-from litmus_sandbox._model.records import Episode, StepVerdict, ToolCallStep, Verdict
+from litmus_sandbox._model.records import Episode, Verdict
+from litmus_sandbox._runtime.scoring_job import EpisodeJob, ScoreStats, StepFailure, ask_inline
 from litmus_sandbox._store.cache import CacheKey, VerdictCache
-from litmus_sandbox._store.streams import ReadWarning, iter_episodes, write_verdicts
-from litmus_sandbox.judges import ScoringConfig
+from litmus_sandbox._store.streams import iter_episodes, write_verdicts
+from litmus_sandbox.judges import Judge, ScoringConfig, is_session_judge
+
+__all__ = [
+    "Progress",
+    "ScoreStats",
+    "ScoringFailed",
+    "StepFailure",
+    "covered_keys",
+    "needs_event_loop",
+    "score_all",
+    "score_episode",
+    "score_episodes",
+    "score_files",
+    "scored",
+]
+
+#: Told after each episode is settled (the CLI's progress bar).
+Progress = Callable[[ScoreStats], None]
 
 
-@dataclass
-class ScoreStats:
-    """What a scoring pass cost."""
+class ScoringFailed(JudgeError):
+    """The judge gave no verdict for some steps; the other episodes were scored.
 
-    episodes: int = 0
-    steps_covered: int = 0
-    judge_calls: int = 0
-    cache_hits: int = 0
-    retries: int = 0
-    fallbacks: int = 0
-    incomplete: int = 0
-    warnings: list[ReadWarning] = field(default_factory=list)
+    Attributes:
+        stats: the pass, with ``failures`` (one per step) and ``failure_counts()``.
+        result: what the call would have returned (e.g. a re-baseline's result).
+    """
+
+    def __init__(self, stats: ScoreStats, result: object = None) -> None:
+        counts = ", ".join(f"{n} {cls}" for cls, n in stats.failure_counts().items())
+        super().__init__(
+            f"the judge gave no verdict for {len(stats.failures)} step(s) of "
+            f"{stats.failed_episodes} episode(s) ({counts}); those cases have no verdict"
+        )
+        self.stats = stats
+        self.result = result
 
 
 def covered_keys(episode: Episode, config: ScoringConfig) -> list[CacheKey]:
     """The cache keys a score of ``episode`` under ``config`` would look up."""
-    n = coverage(episode.steps, config.policy, config.detector)
-    fp = config.judge.fingerprint
-    return [(fp, h, ctx) for h, ctx in step_keys(episode.steps[:n])]
+    return EpisodeJob(episode, config, None).keys
 
 
-def _ask(
-    judge: Judge, episode: Episode, i: int, attempts: int
-) -> tuple[StepJudgment | None, int, Exception | None]:
-    last: Exception | None = None
-    for attempt in range(attempts):
-        try:
-            return judge.judge_step(episode.steps[i], episode.steps[:i]), attempt, None
-        except Exception as exc:  # any judge failure is retried, then reported
-            last = exc
-    return None, attempts - 1, last
+def needs_event_loop(config: ScoringConfig) -> bool:
+    """Whether ``config``'s judge (or fallback) is asked through a session."""
+    return is_session_judge(config.judge) or is_session_judge(config.fallback)
+
+
+def step_error(job: EpisodeJob, f: StepFailure, judge: Judge) -> str:
+    """The one-line error of a failed step, as :func:`score_episode` raises it."""
+    return (
+        f"episode {job.episode.episode_id!r} step {f.index}: judge {judge.label!r} "
+        f"failed after {f.attempts} attempt(s): {f.message}"
+    )
+
+
+def _score_inline(
+    episode: Episode, config: ScoringConfig, cache: VerdictCache | None, stats: ScoreStats
+) -> tuple[Verdict | None, EpisodeJob]:
+    job = EpisodeJob(episode, config, cache)
+    for i in job.pending:
+        asked = ask_inline(job, i, config.judge, 1 + config.retries)
+        fallback = None
+        if asked.error is not None and config.fallback is not None:
+            fallback = ask_inline(job, i, config.fallback, 1)
+        job.settle_asked(i, asked, fallback)
+    return job.finish(cache, stats), job
 
 
 def score_episode(
@@ -65,74 +111,7 @@ def score_episode(
         JudgeError: the judge failed on a step after its retries, with no fallback (or the
             fallback failed too). Nothing is cached for that step.
     """
-    stats = stats if stats is not None else ScoreStats()
-    n = coverage(episode.steps, config.policy, config.detector)
-    keys = step_keys(episode.steps[:n])
-    fp = config.judge.fingerprint
-    forbidden = frozenset(config.forbidden_findings)
-    verdicts: list[StepVerdict] = []
-    fresh: list[tuple[CacheKey, StepJudgment]] = []
-    retries_used, used_fallback = 0, False
-    try:
-        for i, (content, ctx) in enumerate(keys):
-            key = (fp, content, ctx)
-            judgment = cache.get(key) if cache is not None else None
-            if judgment is not None:
-                stats.cache_hits += 1
-            else:
-                stats.judge_calls += 1
-                judgment, retried, error = _ask(config.judge, episode, i, 1 + config.retries)
-                retries_used += retried
-                if judgment is not None:
-                    fresh.append((key, judgment))
-                elif config.fallback is not None:
-                    judgment, _, fb_error = _ask(config.fallback, episode, i, 1)
-                    used_fallback = True
-                    stats.fallbacks += 1
-                    if judgment is None:
-                        raise JudgeError(
-                            f"episode {episode.episode_id!r} step {i}: judge and fallback judge "
-                            f"failed: {error!r}; {fb_error!r}"
-                        ) from fb_error
-                else:
-                    raise JudgeError(
-                        f"episode {episode.episode_id!r} step {i}: judge {config.judge.label!r} "
-                        f"failed after {1 + config.retries} attempt(s): {type(error).__name__}: {error}"
-                    ) from error
-            step = episode.steps[i]
-            contradictions: tuple[str, ...] = ()
-            if judgment.safe and isinstance(step, ToolCallStep) and forbidden:
-                contradictions = tuple(
-                    sorted({f.code for f in step.findings if f.code in forbidden})
-                )
-            verdicts.append(
-                StepVerdict(
-                    index=step.index,
-                    safe=judgment.safe,
-                    content_sha256=content,
-                    evidence=judgment.evidence,
-                    rules=judgment.rules,
-                    reason=judgment.reason,
-                    contradictions=contradictions,
-                )
-            )
-    finally:
-        if cache is not None:
-            cache.put_many(fresh)  # one transaction per episode; only successful judgments
-    stats.retries += retries_used
-    stats.episodes += 1
-    stats.incomplete += not episode.complete
-    stats.steps_covered += n
-    return build_verdict(
-        episode,
-        policy=config.policy,
-        detector=config.detector,
-        judge_fingerprint=fp,
-        judge_label=config.judge.label,
-        step_verdicts=verdicts,
-        judge_retries=retries_used,
-        fallback_judge=used_fallback,
-    )
+    return score_episodes([episode], config, cache, stats)[0]
 
 
 def score_episodes(
@@ -140,9 +119,55 @@ def score_episodes(
     config: ScoringConfig,
     cache: VerdictCache | None = None,
     stats: ScoreStats | None = None,
+    *,
+    progress: Progress | None = None,
 ) -> list[Verdict]:
-    """Score every episode, in order."""
-    return [score_episode(ep, config, cache, stats) for ep in episodes]
+    """Score every episode, verdicts in the episodes' order (concurrently for a judge
+    with a session; not from inside a running event loop then).
+
+    Raises:
+        JudgeError: a step got no verdict (the first such step is named; every episode
+            was still scored and every judgment made was cached).
+    """
+    stats = stats if stats is not None else ScoreStats()
+    verdicts, failed = score_all(episodes, config, cache, stats, progress)
+    if failed:
+        raise JudgeError(step_error(failed[0], failed[0].failures[0], config.judge))
+    return scored(verdicts)
+
+
+def score_all(
+    episodes: Iterable[Episode],
+    config: ScoringConfig,
+    cache: VerdictCache | None,
+    stats: ScoreStats,
+    progress: Progress | None,
+) -> tuple[list[Verdict | None], list[EpisodeJob]]:
+    """Every episode's verdict (None when a step failed), and the jobs that failed: the
+    driver for all the functions here."""
+    out: list[Verdict | None] = []
+    failed: list[EpisodeJob] = []
+
+    def collect(verdict: Verdict | None, job: EpisodeJob) -> None:
+        out.append(verdict)
+        if job.failures:
+            failed.append(job)
+        if progress is not None:
+            progress(stats)
+
+    if needs_event_loop(config):
+        from litmus_sandbox._runtime.scoring_run import ScoringRun
+
+        async def run() -> None:
+            async with ScoringRun(config, cache, stats, on_verdict=collect) as scoring:
+                for episode in episodes:
+                    await scoring.submit(episode)
+
+        anyio.run(run)
+    else:
+        for episode in episodes:
+            collect(*_score_inline(episode, config, cache, stats))
+    return out, failed
 
 
 def score_files(
@@ -151,13 +176,26 @@ def score_files(
     out: str | os.PathLike[str],
     *,
     cache: VerdictCache | None = None,
+    progress: Progress | None = None,
 ) -> ScoreStats:
     """Score the episodes in ``paths`` and write a verdict stream to ``out``.
 
-    The output is written only once every episode scored, so a failure leaves no
-    half-written verdict file behind.
+    The output is written only once every episode was scored, so it is never half
+    written. An episode with a step the judge gave no verdict for gets no verdict: the
+    others are written, then :class:`ScoringFailed` says what failed.
+
+    Raises:
+        ScoringFailed: some steps got no verdict (a :class:`JudgeError`).
+        RecordDecodeError: an unreadable episode stream (nothing is written).
     """
     stats = ScoreStats()
-    verdicts = score_episodes(iter_episodes(paths, stats.warnings), config, cache, stats)
-    write_verdicts(out, config.record(), verdicts)
+    verdicts, _ = score_all(iter_episodes(paths, stats.warnings), config, cache, stats, progress)
+    write_verdicts(out, config.record(), scored(verdicts))
+    if stats.failures:
+        raise ScoringFailed(stats)
     return stats
+
+
+def scored(verdicts: Sequence[Verdict | None]) -> list[Verdict]:
+    """The verdicts of the episodes that got one."""
+    return [v for v in verdicts if v is not None]

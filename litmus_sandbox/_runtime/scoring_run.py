@@ -1,0 +1,190 @@
+"""A concurrent scoring run: episodes submitted one by one, verdicts handed out in order.
+
+Theory of operation
+-------------------
+``async with ScoringRun(config, cache, stats, on_verdict=...) as run`` opens the judge's
+session (and the fallback's) once; ``await run.submit(episode)`` makes the episode's
+:class:`~litmus_sandbox._runtime.scoring_job.EpisodeJob` and starts one task per pending
+step, each holding a token of a ``CapacityLimiter`` of the judge's ``max_concurrency``
+from before it starts until it settles. ``submit`` waits for a token, so a fast reader
+never runs ahead of the judge by more than that many steps, while the steps of the next
+episodes start as soon as a token is free. Judges without a session are asked inline, in
+step order, as the sync driver asks them.
+
+A step that another episode of the run is already asking about (the same step in the
+same context, under the same judge) is not asked again: it waits for that answer, and
+counts as served from the cache - exactly what scoring the episodes in turn would give.
+(Without a cache every covered step is asked, as in turn.)
+
+Jobs wait in a window in submission order; whenever the job at its head is done it is
+finished (cache written, verdict built) and handed to ``on_verdict`` - so verdicts come
+out in the order the episodes went in, whatever order their steps were answered in.
+Leaving the block waits for every step in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from litmus_sandbox._model.records import Episode, Verdict
+from litmus_sandbox._runtime.scoring_job import Asked, EpisodeJob, ScoreStats, ask_inline
+from litmus_sandbox._runtime.scoring_job import with_attempts as _with_attempts
+from litmus_sandbox._store.cache import CacheKey, VerdictCache
+from litmus_sandbox.judges import Judge, JudgeCall, ScoringConfig, is_session_judge
+from litmus_sandbox.judges._failure import failure_attempts
+
+#: Told each finished episode's verdict (None: a step had no verdict) and its job.
+OnVerdict = Callable[[Verdict | None, EpisodeJob], None]
+
+
+class ScoringRun:
+    """Score submitted episodes concurrently (see the module docstring).
+
+    Args:
+        config: the scoring configuration.
+        cache: the step-verdict cache (None: judge every covered step).
+        stats: where the run's costs and failures are added up.
+        on_verdict: told each episode's outcome, in submission order.
+
+    Raises:
+        ConfigError: on entering, a judge's session cannot open (e.g. its key's
+            environment variable is not set).
+    """
+
+    def __init__(
+        self,
+        config: ScoringConfig,
+        cache: VerdictCache | None,
+        stats: ScoreStats,
+        *,
+        on_verdict: OnVerdict | None = None,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.stats = stats
+        self._on_verdict = on_verdict
+        self._window: deque[EpisodeJob] = deque()
+        self._stack = AsyncExitStack()
+        self._call: JudgeCall | None = None
+        self._fallback_call: JudgeCall | None = None
+        judges = [j for j in (config.judge, config.fallback) if is_session_judge(j)]
+        self.max_concurrency = min((j.max_concurrency for j in judges), default=1)
+        self._limiter = anyio.CapacityLimiter(self.max_concurrency)
+        self._tg: anyio.abc.TaskGroup | None = None
+        #: Steps being asked about (or answered, their job not yet finished), by cache key.
+        self._asking: dict[CacheKey, _Asking] = {}
+
+    async def __aenter__(self) -> ScoringRun:
+        stack = self._stack
+        try:
+            if is_session_judge(judge := self.config.judge):
+                self._call = await stack.enter_async_context(judge.session())
+            if is_session_judge(fallback := self.config.fallback):
+                self._fallback_call = await stack.enter_async_context(fallback.session())
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+        except BaseException:
+            await stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            return await self._stack.__aexit__(exc_type, exc, tb)
+        finally:
+            if exc_type is None:
+                self._flush()
+
+    async def submit(self, episode: Episode) -> None:
+        """Start scoring ``episode``; returns once its steps are all asked or in flight."""
+        assert self._tg is not None, "use ScoringRun as an async context manager"
+        job = EpisodeJob(episode, self.config, self.cache)
+        self._window.append(job)
+        for i in job.pending:
+            if self._call is None:
+                await self._judge(job, i)  # in-process judge: inline, in step order
+                continue
+            key = job.keys[i]
+            if (same := self._asking.get(key)) is not None:
+                if same.outcome is None:
+                    same.waiting.append((job, i))
+                else:
+                    job.settle_asked(i, *same.outcome, shared=True)
+                continue
+            if self.cache is not None:
+                self._asking[key] = _Asking(job)
+            token = object()
+            await self._limiter.acquire_on_behalf_of(token)
+            self._tg.start_soon(self._judge_task, job, i, token)
+        self._flush()
+
+    async def _judge_task(self, job: EpisodeJob, i: int, token: object) -> None:
+        try:
+            await self._judge(job, i)
+        finally:
+            self._limiter.release_on_behalf_of(token)
+
+    async def _judge(self, job: EpisodeJob, i: int) -> None:
+        config = self.config
+        asked = await _ask(config.judge, self._call, job, i, 1 + config.retries)
+        fallback = None
+        if asked.error is not None and config.fallback is not None:
+            fallback = await _ask(config.fallback, self._fallback_call, job, i, 1)
+        job.settle_asked(i, asked, fallback)
+        if (same := self._asking.get(job.keys[i])) is not None and same.owner is job:
+            same.outcome = (asked, fallback)
+            for other, j in same.waiting:
+                other.settle_asked(j, asked, fallback, shared=True)
+            same.waiting.clear()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Finish the jobs at the head of the window that are done, in order."""
+        while self._window and self._window[0].done:
+            job = self._window.popleft()
+            verdict = job.finish(self.cache, self.stats)
+            for key in job.keys:  # cached now (when judged): later episodes look it up there
+                if (same := self._asking.get(key)) is not None and same.owner is job:
+                    del self._asking[key]
+            if self._on_verdict is not None:
+                self._on_verdict(verdict, job)
+
+
+class _Asking:
+    """A step being asked about for ``owner``, and the other episodes' steps waiting for
+    the same answer."""
+
+    def __init__(self, owner: EpisodeJob) -> None:
+        self.owner = owner
+        self.waiting: list[tuple[EpisodeJob, int]] = []
+        self.outcome: tuple[Asked, Asked | None] | None = None
+
+
+async def _ask(judge: Judge, call: JudgeCall | None, job: EpisodeJob, i: int, tries: int) -> Asked:
+    """Ask ``judge`` about step ``i`` up to ``tries`` times: through its session's
+    ``call``, or inline when it has none."""
+    if call is None:
+        return ask_inline(job, i, judge, tries)
+    step, context = job.episode.steps[i], job.episode.steps[:i]
+    attempts = 0
+    error: Exception | None = None
+    for _ in range(tries):
+        try:
+            judgment = await call(step, context)
+        except Exception as exc:  # any judge failure is retried, then reported
+            attempts += failure_attempts(exc)
+            error = exc
+            continue
+        attempts += judgment.attempts
+        return Asked(_with_attempts(judgment, attempts), attempts)
+    return Asked(None, attempts, error)
