@@ -12,7 +12,7 @@
     patterns = ["I can't help"]          # optional; replaces the built-in (case-insensitive)
 
     [judge]
-    kind = "rules"                       # or "python" with entry = "module:function"
+    kind = "rules"                       # or "python" (entry = "module:function"), "openai"
     label = "rules-2026-11"
     retries = 0                          # re-ask a failing judge this many times
     [[judge.rules]]
@@ -21,6 +21,10 @@
 
     [judge.fallback]                     # optional judge used when the judge keeps failing
     kind = "rules"
+
+    # kind = "openai": [judge.params] base_url, model, temperature, top_p, seed, max_tokens,
+    # system_prompt, prompt_template, api_key_env, timeout, max_concurrency, max_retries,
+    # max_retry_after (OpenAIParams)
 
     [oracle]
     forbidden_findings = ["escape", "stub_leak"]
@@ -34,10 +38,12 @@ the refusal patterns, the shape of a Python entry point.
 from __future__ import annotations
 
 import re
+import string
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from litmus_sandbox._config.explain import near_miss
 from litmus_sandbox._core.rules import RuleConfig, RulesJudge
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import FindingCode
@@ -109,6 +115,69 @@ class PythonJudgeConfig(_JudgeTable, frozen=True, tag="python"):
             raise ConfigError(f"judge entry {self.entry!r} must look like 'module:function'")
 
 
+#: What a ``prompt_template`` may use (``string.Template``): the step rendered, the
+#: context before it, the step's index, and how many earlier steps the context left out.
+PROMPT_FIELDS: tuple[str, ...] = ("step", "context", "index", "omitted")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class OpenAIParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[judge.params]`` of ``kind = "openai"`` (README: "The OpenAI-compatible judge").
+
+    ``system_prompt`` and ``prompt_template`` left out take the judge's documented
+    defaults. The key is never written here: ``api_key_env`` names the environment
+    variable that holds it.
+    """
+
+    base_url: str
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.0
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
+    seed: int | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    system_prompt: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    prompt_template: str | None = None
+    api_key_env: str | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    max_concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 4
+    max_retry_after: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+
+    def __post_init__(self) -> None:
+        scheme, sep, rest = self.base_url.partition("://")
+        host = rest.split("/", 1)[0]
+        if scheme not in ("http", "https") or not sep or not host:
+            raise ConfigError(f"base_url {self.base_url!r} must be an http:// or https:// URL")
+        if "@" in host:
+            # A secret written into a policy file would land in every verdict stream.
+            raise ConfigError("base_url must not carry credentials; name them in api_key_env")
+        if "?" in rest or "#" in rest:
+            raise ConfigError(f"base_url {self.base_url!r} must not have a query or fragment")
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise ConfigError(
+                f"api_key_env {self.api_key_env!r} is not an environment variable name"
+            )
+        if self.prompt_template is not None:
+            template = string.Template(self.prompt_template)
+            if not template.is_valid():
+                raise ConfigError("prompt_template has a '$' that is not a $name (write $$)")
+            unknown = sorted(set(template.get_identifiers()) - set(PROMPT_FIELDS))
+            if unknown:
+                raise ConfigError(
+                    f"prompt_template uses ${unknown[0]}{near_miss(unknown[0], PROMPT_FIELDS)} "
+                    f"(it may use {', '.join('$' + f for f in PROMPT_FIELDS)})"
+                )
+            if "step" not in template.get_identifiers():
+                raise ConfigError("prompt_template must show the judge the step ($step)")
+
+
+class OpenAIJudgeConfig(_JudgeTable, frozen=True, tag="openai"):
+    """``kind = "openai"``: an OpenAI-compatible chat-completions endpoint over HTTP."""
+
+    kind: ClassVar[Literal["openai"]] = "openai"
+    params: OpenAIParams
+
+
 #: The ``[judge]`` table.
-JudgeConfig = RulesJudgeConfig | PythonJudgeConfig
-JUDGE_KINDS: tuple[str, ...] = ("rules", "python")
+JudgeConfig = RulesJudgeConfig | PythonJudgeConfig | OpenAIJudgeConfig
+JUDGE_KINDS: tuple[str, ...] = ("rules", "python", "openai")

@@ -17,7 +17,12 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._config.document import PolicyDocument, decode_document, read_document
-from litmus_sandbox._config.scoring import JudgeConfig, PythonJudgeConfig, RulesJudgeConfig
+from litmus_sandbox._config.scoring import (
+    JudgeConfig,
+    OpenAIJudgeConfig,
+    PythonJudgeConfig,
+    RulesJudgeConfig,
+)
 from litmus_sandbox._core.rules import RulesJudge
 from litmus_sandbox._core.scoring import Judge, RefusalDetector, ScoringPolicy
 from litmus_sandbox._model.errors import ConfigError
@@ -103,6 +108,11 @@ def judge_from_config(
     try:
         if isinstance(cfg, RulesJudgeConfig):
             return RulesJudge(cfg.rules, label=cfg.label or "rules")
+        if isinstance(cfg, OpenAIJudgeConfig):
+            # Imported here: httpx and tenacity load only for a policy that asks for HTTP.
+            from litmus_sandbox.judges._openai import OpenAIJudge
+
+            return OpenAIJudge(cfg.params, label=cfg.label)
         judge = PythonJudge(
             cfg.entry, label=cfg.label, path=cfg.path, params=cfg.params, base_dir=base_dir
         )
@@ -216,7 +226,8 @@ def config_from_record(record: PolicyRecord, *, source: str) -> ScoringConfig:
 
 def _judge_section(judge: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in judge.items() if v is not None}
-    if out.get("kind") != PythonJudgeConfig.kind:
+    if out.get("kind") not in (PythonJudgeConfig.kind, OpenAIJudgeConfig.kind):
         out.pop("params", None)
+    if out.get("kind") != PythonJudgeConfig.kind:
         out.pop("code_sha256", None)
     return out

@@ -12,7 +12,7 @@ are no secrets).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -79,3 +79,12 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str) and "://" in obj:
         return _URL_PASSWORD.sub(rf"\1:{REDACTED}@", obj)
     return obj
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret value replaced (an endpoint's error
+    message that echoes the key it was sent is shown only this way)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text

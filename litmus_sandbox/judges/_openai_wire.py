@@ -1,0 +1,162 @@
+"""The OpenAI-compatible chat-completions exchange, sans-io: request body, answer, Retry-After.
+
+Nothing here touches a socket (``_openai.py`` sends). The request is exactly::
+
+    {"model", "messages": [{"role": "system", "content": system_prompt},
+                           {"role": "user", "content": the step's prompt}],
+     "temperature", "top_p", "seed" (when configured), "max_tokens",
+     "response_format": {"type": "json_object"}}
+
+The answer is read strictly, never guessed: a JSON object with at least one choice whose
+message ``content`` is itself a JSON object ``{"safe": bool, "reason"?: str}`` and nothing
+else. A ``refusal`` in the message, a ``content_filter`` finish, or text that reads as a
+refusal is the judge model refusing; anything else unexpected is a bad answer.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from litmus_sandbox._config.scoring import OpenAIParams
+from litmus_sandbox._core.scoring import RefusalDetector, StepJudgment
+from litmus_sandbox.judges._failure import JudgeFailure
+
+RESPONSE_FORMAT: dict[str, str] = {"type": "json_object"}
+#: The most of an answer that is read (a larger one is a bad answer).
+MAX_ANSWER_BYTES = 1 << 20
+#: How much of an unexpected body an error message quotes.
+QUOTE_CHARS = 200
+
+
+def request_body(params: OpenAIParams, system_prompt: str, prompt: str) -> dict[str, Any]:
+    """The JSON body of the chat-completions request for one step."""
+    body: dict[str, Any] = {
+        "model": params.model,
+        "messages": [
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": prompt},
+        ],
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+    }
+    if params.seed is not None:
+        body["seed"] = params.seed
+    body["max_tokens"] = params.max_tokens
+    body["response_format"] = dict(RESPONSE_FORMAT)
+    return body
+
+
+class _Message(msgspec.Struct, frozen=True, kw_only=True):
+    content: str | None = None
+    refusal: str | None = None
+
+
+class _Choice(msgspec.Struct, frozen=True, kw_only=True):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _Completion(msgspec.Struct, frozen=True, kw_only=True):
+    choices: tuple[_Choice, ...]
+    model: str | None = None
+    system_fingerprint: str | None = None
+
+
+class _Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    safe: bool
+    reason: str | None = None
+
+
+_completion = msgspec.json.Decoder(_Completion).decode
+_answer = msgspec.json.Decoder(_Answer).decode
+_REFUSALS = RefusalDetector()
+
+
+def parse_answer(body: bytes, *, attempts: int) -> StepJudgment:
+    """The judgment in a 200 answer's body.
+
+    Raises:
+        JudgeFailure: ``bad_answer`` (not the expected JSON) or ``refusal``.
+    """
+
+    def fail(failure: str, why: str) -> JudgeFailure:
+        return JudgeFailure(why, failure=failure, attempts=attempts)
+
+    try:
+        completion = _completion(body)
+    except msgspec.DecodeError as exc:
+        raise fail("bad_answer", f"not a chat completion ({exc}): {quote(body)}") from None
+    if not completion.choices:
+        raise fail("bad_answer", "the answer has no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    if message.refusal:
+        raise fail("refusal", f"the judge model refused: {quote(message.refusal)}")
+    if choice.finish_reason == "content_filter":
+        raise fail("refusal", "the answer was withheld by the endpoint's content filter")
+    content = message.content
+    if content is None:
+        raise fail("bad_answer", "the answer's message has no content")
+    try:
+        answer = _answer(content)
+    except msgspec.DecodeError as exc:
+        if _REFUSALS.is_refusal_text(content):
+            raise fail("refusal", f"the judge model refused: {quote(content)}") from None
+        cut = (
+            " (finish_reason length: raise max_tokens)" if choice.finish_reason == "length" else ""
+        )
+        raise fail(
+            "bad_answer",
+            f'content is not {{"safe": bool, "reason"?: str}}{cut} ({exc}): {quote(content)}',
+        ) from None
+    return StepJudgment(
+        safe=answer.safe,
+        reason=answer.reason,
+        attempts=attempts,
+        model=completion.model,
+        system_fingerprint=completion.system_fingerprint,
+    )
+
+
+def retry_delay(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """How long a 429 answer asks to wait, in seconds: ``retry-after-ms``, else
+    ``Retry-After`` (seconds, or an HTTP date); None when neither says (or cannot be read).
+    """
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms)
+        except ValueError:
+            value = -1.0
+        if value >= 0 and value == value:  # not NaN
+            return value / 1000
+    after = headers.get("retry-after")
+    if after is None:
+        return None
+    after = after.strip()
+    try:
+        seconds = float(after)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(after)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        return max(0.0, seconds)
+    return seconds if seconds >= 0 and seconds == seconds else None
+
+
+def quote(text: str | bytes) -> str:
+    """The start of ``text`` as one printable line, for an error message."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    short = text[:QUOTE_CHARS]
+    shown = repr(short)
+    return shown + (f" (+{len(text) - QUOTE_CHARS} chars)" if len(text) > QUOTE_CHARS else "")
