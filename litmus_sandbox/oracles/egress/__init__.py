@@ -5,6 +5,7 @@ proxy), decided by the egress policy and recorded as egress events.
 The modules, each importing only those above it in this list:
 
 * ``_netns``: strict mode's bridge, a script run inside the namespace (no package imports);
+* ``_streams``: the proxy's TCP connections as byte streams (lean ones on asyncio);
 * ``_flow``: flows, sinks and the call in flight (the types every observer shares);
 * ``_http_wire``: what h11 does not do (request targets, TLS SNI, proxy env), sans-io;
 * ``_replay``: egress cassettes and their recorder;

@@ -34,6 +34,7 @@ import h11
 from anyio.abc import ByteStream
 
 from litmus_sandbox.oracles.egress._http_wire import BadMessage
+from litmus_sandbox.oracles.egress._streams import clock
 
 #: The largest request head accepted (431 beyond).
 MAX_HEAD = 64 * 1024
@@ -85,6 +86,7 @@ class Downstream:
         #: The method of the request being answered (None before the first one).
         self.method: bytes | None = None
         self._raw = bytearray()  # what h11 was fed since the current request began
+        self._now = clock()
         self._eof = False
 
     # -- receiving
@@ -105,23 +107,28 @@ class Downstream:
         raw = self._raw
         raw[:] = conn.trailing_data[0]
         retried = False
+        # Nothing buffered: h11 can only ask for data (a call saved per request).
+        event: object = h11.NEED_DATA if not raw else None
         while True:
             try:
-                event = conn.next_event()
+                if event is None:
+                    event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 if self._eof:
                     raise ClientGone from None
                 if not retried and _lacks_host(raw):
                     conn = self._reparse_with_host(raw)
                     retried = True
+                    event = None
                     continue
                 raise _bad(exc) from None
             if event is h11.NEED_DATA:
                 if self.idle.deadline == math.inf:
-                    self.idle.deadline = anyio.current_time() + self.idle_timeout
+                    self.idle.deadline = self._now() + self.idle_timeout
                 data = await self._receive()
                 raw += data
                 conn.receive_data(data)
+                event = None
                 continue
             self.idle.deadline = math.inf
             if type(event) is h11.Request:
@@ -178,6 +185,13 @@ class Downstream:
             if type(event) is h11.EndOfMessage:
                 self.end = event  # its trailer fields go on with it
         return None
+
+    def end_of_request(self) -> None:
+        """Take the end of a request without a body, which h11 parsed with its head."""
+        if self.h11.their_state is h11.SEND_BODY:
+            event = self.h11.next_event()
+            if type(event) is h11.EndOfMessage:
+                self.end = event
 
     async def _receive(self) -> bytes:
         try:

@@ -50,6 +50,7 @@ from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink, close_fl
 from litmus_sandbox.oracles.egress._http_wire import Abort, BadMessage, proxy_env, report_decoder
 from litmus_sandbox.oracles.egress._netns import REPORT_PATH
 from litmus_sandbox.oracles.egress._relay import HttpRelay
+from litmus_sandbox.oracles.egress._streams import serve
 from litmus_sandbox.oracles.egress._tunnel import CLOSED, tunnel
 
 _log = logging.getLogger("litmus_sandbox.egress")
@@ -144,7 +145,7 @@ class ForwardProxy:
             self.port = int(tcp.extra(SocketAttribute.local_port))
             if self.unix_path is None:
                 task_status.started((self.host, self.port))
-                await tcp.serve(self._serve_tcp)
+                await serve(tcp, self._serve_tcp)
                 return
             _remove_stale_socket(self.unix_path)
             try:
@@ -155,7 +156,7 @@ class ForwardProxy:
                 ) from exc
             try:
                 async with unix, anyio.create_task_group() as tg:
-                    tg.start_soon(tcp.serve, self._serve_tcp)
+                    tg.start_soon(serve, tcp, self._serve_tcp)
                     tg.start_soon(unix.serve, self._serve_unix)
                     task_status.started((self.host, self.port))
             finally:

@@ -162,7 +162,7 @@ class HttpRelay:
             try:
                 head = up.frame(outgoing)
                 if not has_body:
-                    await down.next_data()  # the end of the request, which h11 has parsed
+                    down.end_of_request()
                     await up.send(head + up.frame(_END))
                     if attempt == 0 and expects:
                         await down.send(down.frame(_CONTINUE))
@@ -211,6 +211,8 @@ class HttpRelay:
         """The final response head, and the interim (1xx) responses before it, framed
         for the client (sent with the head)."""
         interim = b""
+        if not up.buffered:
+            await up.fill()  # nothing can be parsed before the server answers
         while True:
             event = up.poll()
             if event is None:

@@ -25,6 +25,7 @@ import anyio
 import h11
 from anyio.abc import ByteStream
 
+from litmus_sandbox.oracles.egress import _streams
 from litmus_sandbox.oracles.egress._downstream import CHUNK, MAX_HEAD, Message
 from litmus_sandbox.oracles.egress._http_wire import UpstreamBad, UpstreamClosed
 
@@ -45,7 +46,7 @@ async def connect(host: str, port: int, within: float) -> ByteStream:
         TimeoutError: not connected in time.
     """
     with anyio.fail_after(within):
-        return await anyio.connect_tcp(host, port)
+        return await _streams.connect(host, port)
 
 
 def unreachable(exc: OSError | TimeoutError) -> str:
@@ -75,6 +76,11 @@ class Upstream:
             await self.stream.send(data)
         except CONNECTION_LOST as exc:
             raise UpstreamClosed from exc
+
+    @property
+    def buffered(self) -> bool:
+        """Whether h11 holds bytes of the response not parsed yet."""
+        return bool(self.h11.trailing_data[0])
 
     def poll(self) -> h11.Event | None:
         """The next event of the response if h11 has it already, else None (:meth:`fill`).
