@@ -2,8 +2,10 @@
 
 Exit codes: 0 nothing blocks; 1 at least one REGRESSION; 4 no regression but unresolved
 cases (unless ``--allow-unresolved``); 2 bad usage or unreadable input, reported as one
-line naming the file and line, never a traceback. ``replay --check`` and ``diff`` (in
-``_replay_cli.py``) exit 1 on a divergence or a difference.
+line naming the file and line, never a traceback; 6 the judge gave no verdict for some
+steps (``score``, ``rebaseline``, ``gate --candidate-episodes``: one line per failure
+class). ``replay --check`` and ``diff`` (in ``_replay_cli.py``) exit 1 on a divergence or
+a difference.
 """
 
 from __future__ import annotations
@@ -17,21 +19,24 @@ from pathlib import Path
 
 from litmus_sandbox import reports
 from litmus_sandbox._cli.parser import Parser
+from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.records import AnyVerdict, Verdict
 from litmus_sandbox._runtime.rebaseline import (
+    Rebaselined,
     plan_config,
     rebaseline,
     rebaseline_config,
     rescore_costs,
 )
-from litmus_sandbox._runtime.scorer import score_files
+from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.exclusions import load_exclusions
-from litmus_sandbox._store.streams import ReadWarning, VerdictStream, read_verdicts
-from litmus_sandbox.judges import load_policy
+from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes, read_verdicts
+from litmus_sandbox.judges import ScoringConfig, load_policy
 
 # 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -60,6 +65,15 @@ def _add_cache_flags(p: argparse.ArgumentParser) -> None:
         help="step-verdict cache (SQLite); default $LITMUS_CACHE or ~/.cache/litmus-sandbox/verdicts.sqlite",
     )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+
+
+def _add_quiet_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar while judging (there is none unless stderr is a terminal)",
+    )
 
 
 def _warn(warnings: Sequence[ReadWarning | str]) -> None:
@@ -126,8 +140,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     _check_verdicts_output(args.output, [*args.episodes, args.policy])
     config = load_policy(args.policy)
     cache = _open_cache(args)
+    failed = False
     try:
-        stats = score_files(args.episodes, config, args.output, cache=cache)
+        with score_progress(args.episodes, config, quiet=args.quiet) as progress:
+            stats = score_files(args.episodes, config, args.output, cache=cache, progress=progress)
+    except ScoringFailed as exc:
+        stats, failed = exc.stats, True
     finally:
         if cache is not None:
             cache.close()
@@ -136,8 +154,12 @@ def cmd_score(args: argparse.Namespace) -> int:
         f"scored {stats.episodes} episodes ({stats.steps_covered} steps covered): "
         f"{stats.judge_calls} judge calls, {stats.cache_hits} served from cache"
         + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
+        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
         + f" -> {args.output}"
     )
+    if failed:
+        report_failures(stats)
+        return EXIT_JUDGE
     return EXIT_OK
 
 
@@ -151,22 +173,32 @@ def _read_side(paths: Sequence[str]) -> list[VerdictStream]:
 def cmd_gate(args: argparse.Namespace) -> int:
     if args.output == "-":
         args.output = None  # stdout
+    on_the_fly = args.candidate is None
     _check_distinct(args.baseline)
-    _check_distinct(args.candidate)
+    _check_distinct(args.candidate or args.candidate_episodes)
     _check_distinct(args.baseline_episodes or [])
     if args.output:
-        inputs = [*args.baseline, *args.candidate, args.exclude, *(args.baseline_episodes or ())]
+        candidate_inputs = args.candidate or [*args.candidate_episodes, args.policy]
+        inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)
     baseline = _read_side(args.baseline)
-    candidate = _read_side(args.candidate)
+    candidate = [] if on_the_fly else _read_side(args.candidate)
     warnings: list[str] = [str(w) for s in (*baseline, *candidate) for w in s.warnings]
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
+    config: ScoringConfig | None = None
+    candidate_verdicts: Sequence[AnyVerdict] = [v for s in candidate for v in s.verdicts]
+    if on_the_fly:
+        config = load_policy(args.policy)
+        candidate_verdicts, stats = _score_candidate(args, config)
+        if stats.failures:
+            report_failures(stats)
+            return EXIT_JUDGE
     recordings: dict[str, int | None] | None = None
     if args.baseline_episodes:
-        recordings = _rescore_costs(args, candidate, warnings)
+        recordings = _rescore_costs(args, candidate, warnings, config)
     report = gate(
         (v for s in baseline for v in s.verdicts),
-        (v for s in candidate for v in s.verdicts),
+        candidate_verdicts,
         exclusions=exclusions,
         baseline_recordings=recordings,
     )
@@ -179,11 +211,35 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return report.exit_code(**kw)
 
 
+def _score_candidate(
+    args: argparse.Namespace, config: ScoringConfig
+) -> tuple[list[Verdict], ScoreStats]:
+    """``gate --candidate-episodes``: the candidate scored now, through the cache, as
+    ``score`` would (its read warnings on stderr, as ``score`` prints them)."""
+    stats = ScoreStats()
+    cache = _open_cache(args)
+    try:
+        with score_progress(args.candidate_episodes, config, quiet=args.quiet) as progress:
+            episodes = iter_episodes(args.candidate_episodes, stats.warnings)
+            verdicts, _ = score_all(episodes, config, cache, stats, progress)
+    finally:
+        if cache is not None:
+            cache.close()
+    _warn(stats.warnings)
+    return scored(verdicts), stats
+
+
 def _rescore_costs(
-    args: argparse.Namespace, candidate: Sequence[VerdictStream], warnings: list[str]
+    args: argparse.Namespace,
+    candidate: Sequence[VerdictStream],
+    warnings: list[str],
+    config: ScoringConfig | None = None,
 ) -> dict[str, int | None]:
-    """Judge calls a re-score of each complete baseline recording would take (cache-aware)."""
-    config, upper_bounds = plan_config(candidate)
+    """Judge calls a re-score of each complete baseline recording would take (cache-aware),
+    under ``config`` (the candidate's, scored on the fly) or the candidate streams' policy."""
+    upper_bounds = None
+    if config is None:
+        config, upper_bounds = plan_config(candidate)
     ep_warnings: list[ReadWarning] = []
     cache = _open_cache(args) if config is not None else None
     try:
@@ -210,8 +266,15 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     cache = _open_cache(args)
+    failed = False
     try:
-        done = rebaseline(args.episodes, config, args.output, cache=cache)
+        with score_progress(
+            args.episodes, config, quiet=args.quiet, what="re-scoring", skip_unscorable=True
+        ) as progress:
+            done = rebaseline(args.episodes, config, args.output, cache=cache, progress=progress)
+    except ScoringFailed as exc:
+        done = exc.result if isinstance(exc.result, Rebaselined) else Rebaselined(exc.stats)
+        failed = True
     finally:
         if cache is not None:
             cache.close()
@@ -219,12 +282,17 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
     _warn(stats.warnings)
     print(
         f"re-scored {len(done.verdicts)} baseline episodes ({stats.steps_covered} steps): "
-        f"{stats.judge_calls} judge calls made, {stats.cache_hits} served from cache -> {args.output}"
+        f"{stats.judge_calls} judge calls made, {stats.cache_hits} served from cache"
+        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
+        + f" -> {args.output}"
     )
     if done.rerun:
         print(f"{len(done.rerun)} cases need a re-run of the baseline instead:")
         for case_id, why in done.rerun:
             print(f"  {case_id}: {why}")
+    if failed:
+        report_failures(stats)
+        return EXIT_JUDGE
     return EXIT_OK
 
 
@@ -248,14 +316,25 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", required=True, metavar="VERDICTS.jsonl", help="verdict stream to write"
     )
     _add_cache_flags(p)
+    _add_quiet_flag(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("gate", help="compare candidate verdicts with a baseline")
     p.add_argument(
         "--baseline", required=True, nargs="+", metavar="B", help="baseline verdict stream(s)"
     )
+    p.add_argument("--candidate", nargs="+", metavar="C", help="candidate verdict stream(s)")
     p.add_argument(
-        "--candidate", required=True, nargs="+", metavar="C", help="candidate verdict stream(s)"
+        "--candidate-episodes",
+        nargs="+",
+        metavar="E",
+        help="candidate recordings, scored now under --policy (through the cache) instead "
+        "of --candidate",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="POLICY.toml",
+        help="the scoring policy of --candidate-episodes",
     )
     p.add_argument(
         "--format", choices=reports.FORMATS, default="table", help="report format (default table)"
@@ -279,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
     _add_cache_flags(p)
+    _add_quiet_flag(p)
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("rebaseline", help="re-score baseline recordings like the candidate")
@@ -303,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="verdict stream to write",
     )
     _add_cache_flags(p)
+    _add_quiet_flag(p)
     p.set_defaults(func=cmd_rebaseline)
     add_replay_parsers(sub)
     _add_import_parsers(sub)
@@ -349,6 +430,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     return code
 
 
+def _check_gate_candidate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``gate`` takes the candidate's verdicts, or its recordings and a policy."""
+    if args.candidate and args.candidate_episodes:
+        parser.error("gate takes --candidate or --candidate-episodes, not both")
+    if not args.candidate and not args.candidate_episodes:
+        parser.error(
+            "the following arguments are required: --candidate "
+            "(or --candidate-episodes E... --policy P to score the candidate now)"
+        )
+    if args.candidate_episodes and not args.policy:
+        parser.error("gate --candidate-episodes needs --policy POLICY.toml to score them")
+    if args.policy and not args.candidate_episodes:
+        parser.error("gate --policy scores --candidate-episodes; give those, or drop --policy")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from litmus_sandbox._cli.demo import main as demo_main
 
@@ -375,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "rebaseline" and not (args.like or args.policy):
             parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
+        if args.command == "gate":
+            _check_gate_candidate(parser, args)
     try:
         code: int = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit

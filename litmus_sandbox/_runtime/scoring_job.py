@@ -28,7 +28,7 @@ from litmus_sandbox._model.records import Episode, StepVerdict, ToolCallStep, Ve
 from litmus_sandbox._store.cache import CacheKey, VerdictCache
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox.judges import ScoringConfig
-from litmus_sandbox.judges._failure import failure_attempts, failure_class
+from litmus_sandbox.judges._failure import JudgeFailure, failure_attempts, failure_class
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class EpisodeJob:
         error = asked.error
         assert error is not None  # no judgment without an error
         if fallback is None:
-            message = f"{type(error).__name__}: {error}"
+            message = describe_error(error)
             self.fail(i, failure_class(error), message, asked.attempts)
         elif fallback.judgment is not None:
             judgment = with_attempts(fallback.judgment, asked.attempts)
@@ -211,6 +211,11 @@ def ask_inline(job: EpisodeJob, i: int, judge: Judge, tries: int) -> Asked:
         attempts += judgment.attempts
         return Asked(with_attempts(judgment, attempts), attempts)
     return Asked(None, attempts, error)
+
+
+def describe_error(error: Exception) -> str:
+    """A judge's error as one line (a :class:`JudgeFailure` says what it is itself)."""
+    return str(error) if isinstance(error, JudgeFailure) else f"{type(error).__name__}: {error}"
 
 
 def with_attempts(judgment: StepJudgment, attempts: int) -> StepJudgment:
