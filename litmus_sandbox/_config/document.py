@@ -23,7 +23,6 @@ A mapping (a document built in code, a policy record being rebuilt) goes through
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ from litmus_sandbox._config.scoring import (
 from litmus_sandbox._config.tools import ModeEntry, RealEntry, mode_entry, replay_table
 from litmus_sandbox._core.replay_match import ReplayOptions
 from litmus_sandbox._core.scoring import ScoringPolicy
-from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
+from litmus_sandbox._store.files import read_toml
 
 #: The tables of a policy file, in the order the docs present them.
 TABLES: tuple[str, ...] = ("tools", "replay", "egress", "scoring", "refusal", "judge", "oracle")
@@ -161,17 +161,8 @@ def _with_kinds(judge: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _read_toml(path: str) -> dict[str, Any]:
+    # A regular file only, capped, nesting checked (the readers' bounded reading).
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read policy: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (TOML files are UTF-8)") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        return read_toml(path)
+    except RecordDecodeError as exc:
+        raise ConfigError(str(exc)) from None
