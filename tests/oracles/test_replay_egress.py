@@ -157,9 +157,11 @@ def test_a_torn_egress_cassette_serves_its_whole_lines_with_a_warning(tmp_path: 
     assert len(upstream.seen) == 2
 
 
-def test_an_egress_cassette_appended_after_a_crash_keeps_every_whole_record(
+def test_an_egress_cassette_torn_before_its_end_is_an_error(
     tmp_path: Path,
 ) -> None:
+    """Only a torn *last* line is tolerated (a warning); a torn record with records after
+    it is a bad file, named by ``file:line``."""
     cassette = tmp_path / "http.jsonl"
     upstream = Upstream()
     for _ in range(2):  # the first recorder is killed mid-record; a second appends
@@ -169,10 +171,8 @@ def test_an_egress_cassette_appended_after_a_crash_keeps_every_whole_record(
         recorder.close()
         if cassette.read_bytes().count(b"\n") == 1:
             cassette.write_bytes(cassette.read_bytes()[:-30])
-    with pytest.warns(RecordingWarning, match=r"http\.jsonl:1: warning: torn record"):
-        replay = HttpCassette.from_files([cassette])
-    with httpx.Client(transport=SyncEgressTransport(transport=upstream, replay=replay)) as c:
-        assert c.get(URL).json() == {"items": [1, 2]}
+    with pytest.raises(RecordDecodeError, match=r"http\.jsonl:1: torn record before the end"):
+        HttpCassette.from_files([cassette])
 
 
 def test_a_mapping_serves_fixed_responses_every_time(tmp_path: Path) -> None:

@@ -114,7 +114,6 @@ def _checked(ex: HttpExchange, path: str, lineno: int) -> HttpExchange:
 
 
 _TORN = "torn last line (the recorder stopped mid-record); kept every whole line"
-_TORN_RECORD = "torn record (a write cut short by a crash, appended after); kept every whole line"
 
 
 class HttpCassette:
@@ -159,12 +158,14 @@ class HttpCassette:
                         if not raw.endswith(b"\n"):  # the last line, cut mid-record
                             torn.append(ReadWarning(path, lineno, _TORN))
                             break
-                        if cut_short(line, exc):  # by a crash; a later recorder appended
-                            torn.append(ReadWarning(path, lineno, _TORN_RECORD))
-                            continue
-                        raise RecordDecodeError(
-                            path, lineno, f"not an egress cassette record: {exc}"
-                        ) from None
+                        # Only the last line may be torn: a cassette is one recorder's
+                        # file, and a damaged record before others is never served around.
+                        what = (
+                            "torn record before the end of the file"
+                            if cut_short(line, exc)
+                            else "not an egress cassette record"
+                        )
+                        raise RecordDecodeError(path, lineno, f"{what}: {exc}") from None
         cassette = cls(exchanges)
         cassette.warnings = torn
         for w in torn:
