@@ -162,8 +162,11 @@ class HttpRelay:
             try:
                 head = up.frame(outgoing)
                 if not has_body:
+                    await up.send(head)  # first: the rest is bookkeeping
+                    tail = up.frame(_END)  # no bytes: the request has no body
+                    if tail:
+                        await up.send(tail)
                     down.end_of_request()
-                    await up.send(head + up.frame(_END))
                     if attempt == 0 and expects:
                         await down.send(down.frame(_CONTINUE))
                 else:
