@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from litmus_sandbox._runtime.progress_bar import JudgingBar, on_terminal
 from litmus_sandbox._runtime.scorer import Progress, ScoreStats, covered_keys
 from litmus_sandbox._store.streams import iter_episodes
 from litmus_sandbox.judges import FAILURE_CLASSES, ScoringConfig
@@ -21,16 +22,13 @@ from litmus_sandbox.judges import FAILURE_CLASSES, ScoringConfig
 if TYPE_CHECKING:
     import os
 
-    from rich.progress import Task
-    from rich.text import Text
-
 #: Exit code of a command whose judge gave no verdict for some steps (no guess).
 EXIT_JUDGE = 6
 
 
 def shows_progress(quiet: bool) -> bool:
     """A bar only on a terminal, and not with ``--quiet``."""
-    return not quiet and sys.stderr.isatty()
+    return not quiet and on_terminal()
 
 
 @contextmanager
@@ -51,42 +49,13 @@ def score_progress(
     if not shows_progress(quiet):
         yield None
         return
-    from rich import progress as rp
-    from rich.console import Console
-    from rich.text import Text
-
-    class Rate(rp.ProgressColumn):
-        def render(self, task: Task) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text(f"{speed:,.0f} steps/s" if speed else "", style="progress.data.speed")
-
     total = 0
     for ep in iter_episodes(list(paths), []):
         if skip_unscorable and (ep.header.recorder.truncated or not ep.complete):
             continue
         total += len(covered_keys(ep, config))
-    bar = rp.Progress(
-        rp.TextColumn("{task.description}"),
-        rp.BarColumn(),
-        rp.MofNCompleteColumn(),
-        rp.TextColumn("{task.fields[detail]}"),
-        Rate(),
-        rp.TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task(what, total=total, detail="")
-
-    def update(stats: ScoreStats) -> None:
-        failed = len(stats.failures)
-        bar.update(
-            task,
-            completed=stats.judge_calls + stats.cache_hits,
-            detail=f"{stats.judge_calls} calls, {stats.cache_hits} cached, {failed} failed",
-        )
-
-    with bar:
-        yield update
+    with JudgingBar(total, what) as bar:
+        yield bar.update
 
 
 def _example(text: str) -> str:

@@ -39,6 +39,7 @@ from litmus_sandbox._core.replay_match import ReplaySession
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import ConfigError, UpstreamError, leaf_errors
 from litmus_sandbox._model.records import SCHEMA_VERSION, EndStatus, EpisodeHeader, Recorder
+from litmus_sandbox._runtime.live_scoring import LiveScoring, TappedStream
 from litmus_sandbox._runtime.modes import CallEnv
 from litmus_sandbox._runtime.observers import Observers, description
 from litmus_sandbox._runtime.processes import Subprocesses
@@ -46,7 +47,9 @@ from litmus_sandbox._runtime.recorder import Recording, Wiring
 from litmus_sandbox._runtime.replay import Cassette
 from litmus_sandbox._runtime.stream import EpisodeStream
 from litmus_sandbox._runtime.tool_calls import ToolResult
+from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.streams import as_paths
+from litmus_sandbox.judges import ScoringConfig
 from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy, EgressProbe
 from litmus_sandbox.oracles.fs import FsProbe
@@ -110,6 +113,11 @@ class Sandbox:
             out is the proxy: ``True`` requires it, ``False`` uses proxy variables only,
             ``None`` (default) uses it where this machine allows and says which in the
             episode header.
+        scoring: score each episode as it ends, in the background, under this scoring
+            configuration (or policy file): see ``live_scoring.py``. Needs ``verdicts``.
+        verdicts: the verdict stream each episode's verdict is appended to.
+        cache: the step-verdict cache ``scoring`` judges through (a path or a
+            :class:`VerdictCache`); give ``score`` the same one to re-score for free.
     """
 
     def __init__(
@@ -126,7 +134,14 @@ class Sandbox:
         probes: Sequence[Probe] | None = None,
         egress: EgressPolicy | EgressProbe | Mapping[str, Any] | bool | None = None,
         strict_egress: bool | None = None,
+        scoring: ScoringConfig | str | os.PathLike[str] | None = None,
+        verdicts: str | os.PathLike[str] | None = None,
+        cache: VerdictCache | str | os.PathLike[str] | None = None,
     ) -> None:
+        if (scoring is None) != (verdicts is None):
+            raise ConfigError("scoring= and verdicts= go together: a policy and where to write")
+        #: The background scoring of ended episodes (``scoring=``), or None.
+        self.scoring = None if scoring is None else LiveScoring(scoring, verdicts or "", cache)
         self.root = Path(root)
         self.episodes_path = Path(episodes)
         if probes is None:
@@ -179,9 +194,13 @@ class Sandbox:
         self.egress_mode: dict[str, Any] = {}
         self._stack: AsyncExitStack | None = None
         self._observers = Observers(probes)
-        self._stream = EpisodeStream(self.episodes_path, fsync=fsync)
+        self._tap = TappedStream(self.episodes_path, fsync=fsync) if self.scoring else None
+        self._stream = self._tap or EpisodeStream(self.episodes_path, fsync=fsync)
         self._processes = Subprocesses(self.root, max_result_bytes)
         self._observers.ignore(self.episodes_path)
+        if self.scoring is not None:
+            for own in self.scoring.own_files():
+                self._observers.ignore(own)
         # Said now, not at the first call: a session must not start that cannot serve.
         self.policy.require_recordings(replay is not None)
         self._cassette = (
@@ -286,6 +305,12 @@ class Sandbox:
             raise ConfigError(f"sandbox root {str(self.root)!r}: {exc.strerror or exc}") from None
         self._stream.open()
         self._stack = AsyncExitStack()
+        if self.scoring is not None:
+            try:
+                await self._stack.enter_async_context(self.scoring)
+            except BaseException:
+                self._stream.close()
+                raise
         if self.egress is not None:
             self.egress_mode = await self._processes.start_proxy(
                 self._stack, self.egress, self.strict_egress, self._observers.ignore
@@ -303,6 +328,9 @@ class Sandbox:
         self._stream.close()
         if self._cassette is not None:
             self._cassette.close()
+        failure = self.scoring.failure() if self.scoring is not None else None
+        if failure is not None and exc[:1] == (None,):
+            raise failure  # closed first: the verdicts of the others are written
 
     def _header(
         self,
@@ -419,6 +447,9 @@ class Sandbox:
             with anyio.CancelScope(shield=True):
                 await ep.end(status, reason, self.replay_reports)
                 self._active -= 1  # after its finish: a new first episode restarts the probes
+                ended = self._tap.take(eid) if self._tap is not None else None
+                if ended is not None and self.scoring is not None:
+                    self.scoring.ended(ended)
 
 
 def _abort_reason(exc: BaseException) -> str:

@@ -236,7 +236,15 @@ def _run_on_a_terminal(*args: str | Path, cwd: Path) -> tuple[int, str]:
 def test_a_terminal_shows_progress_and_quiet_does_not(files: Path) -> None:
     with running(delay=0.05) as endpoint:
         p = policy(files, endpoint.url)
-        score = ["score", "cand.jsonl", "--policy", p, "-o", "v.jsonl", "--no-cache"]
+        score: list[str | Path] = [
+            "score",
+            "cand.jsonl",
+            "--policy",
+            p,
+            "-o",
+            "v.jsonl",
+            "--no-cache",
+        ]
         code, drawn = _run_on_a_terminal(*score, cwd=files)
         quiet_code, quiet = _run_on_a_terminal(*score, "--quiet", cwd=files)
     assert code == quiet_code == 0
