@@ -1,0 +1,79 @@
+"""A concurrent scoring run inside an event loop, on asyncio and on trio: verdicts in the
+episodes' order, the concurrency bound, Retry-After honoured by the backend's sleep, and
+a step shared by several episodes asked once."""
+
+from __future__ import annotations
+
+import pytest
+from factories import episode, msg
+from judge_endpoint import Reply, Request, running, verdict
+from test_openai_judge import CANARY, STEPS, config, gaps
+
+from litmus_sandbox import ScoreStats, VerdictCache
+from litmus_sandbox._model.records import Verdict
+from litmus_sandbox._runtime.scoring_job import EpisodeJob
+from litmus_sandbox._runtime.scoring_run import ScoringRun
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LITMUS_JUDGE_KEY", CANARY)
+
+
+async def test_verdicts_come_out_in_order_within_the_concurrency_bound() -> None:
+    eps = [
+        episode([msg(0, "user", f"task {i}"), msg(1, "assistant", "ok")], eid=f"e{i}", case=f"c{i}")
+        for i in range(10)
+    ]
+    out: list[Verdict | None] = []
+
+    def take(v: Verdict | None, job: EpisodeJob) -> None:
+        out.append(v)
+
+    stats = ScoreStats()
+    with running(delay=0.05) as endpoint:
+        cfg = config(endpoint.url, max_concurrency=3)
+        async with ScoringRun(cfg, None, stats, on_verdict=take) as run:
+            for ep in eps:
+                await run.submit(ep)
+    assert [v.case_id if v else None for v in out] == [f"c{i}" for i in range(10)]
+    assert endpoint.most_in_flight == 3
+    assert (stats.judge_calls, stats.episodes) == (20, 10)
+
+
+async def test_retry_after_is_honoured_on_this_backend() -> None:
+    def answer(request: Request) -> Reply:
+        if len(endpoint.requests) == 1:
+            return Reply(status=429, headers={"retry-after-ms": "200"})
+        return verdict(True)
+
+    out: list[Verdict | None] = []
+    with running(answer) as endpoint:
+        async with ScoringRun(
+            config(endpoint.url), None, ScoreStats(), on_verdict=lambda v, j: out.append(v)
+        ) as run:
+            await run.submit(episode(STEPS[:1]))
+    assert out[0] is not None
+    assert out[0].steps[0].attempts == 2
+    assert gaps(endpoint.requests)[0] >= 0.2
+
+
+async def test_a_step_several_episodes_share_is_asked_once() -> None:
+    """The same step in the same context, in episodes scored together: one request, the
+    others served as from the cache (as scoring in turn would)."""
+    eps = [episode(STEPS, eid=f"e{i}", case=f"c{i}") for i in range(5)]
+    stats = ScoreStats()
+    out: list[Verdict | None] = []
+    with running(delay=0.05) as endpoint:
+        async with ScoringRun(
+            config(endpoint.url), VerdictCache(), stats, on_verdict=lambda v, j: out.append(v)
+        ) as run:
+            for ep in eps:
+                await run.submit(ep)
+    assert len(endpoint.requests) == len(STEPS)
+    assert (stats.judge_calls, stats.cache_hits) == (len(STEPS), 4 * len(STEPS))
+    first = out[0]
+    assert first is not None
+    assert all(v is not None and v.steps == first.steps for v in out)
