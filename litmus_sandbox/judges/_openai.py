@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-One scoring run opens one :meth:`OpenAIJudge.session`: an ``httpx.AsyncClient`` with up to
-``max_concurrency`` connections and the key (read then, from the environment variable
+One scoring run opens one :meth:`OpenAIJudge.session`: ``max_concurrency`` httpx clients of
+one keep-alive connection each (one request at a time each: httpx's pool spends time in
+proportion to its connections on every request, which a pool of 32 made the bottleneck),
+all with the key (read then, from the environment variable
 ``api_key_env`` names, and from nowhere else) as a bearer token. Each step is one
 ``POST {base_url}/chat/completions`` (body and answer: ``_openai_wire``), re-sent on:
 
@@ -38,7 +40,7 @@ import os
 import ssl
 import string
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -179,16 +181,19 @@ class OpenAIJudge:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
-        n = self.params.max_concurrency
-        client = httpx.AsyncClient(
-            headers=headers,
-            verify=_tls_context(),
-            timeout=self.params.timeout,
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            transport=self._transport,
-        )
-        async with client:
-            yield functools.partial(self._judge, client, key)
+        async with AsyncExitStack() as stack:
+            idle: list[httpx.AsyncClient] = []
+            for _ in range(self.params.max_concurrency):
+                client = httpx.AsyncClient(
+                    headers=headers,
+                    verify=_tls_context(),
+                    timeout=self.params.timeout,
+                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                    transport=self._transport,
+                )
+                idle.append(await stack.enter_async_context(client))
+            free = anyio.Semaphore(len(idle))
+            yield functools.partial(self._judge, _Clients(idle, free), key)
 
     def judge_step(self, step: Step, context: Sequence[Step]) -> StepJudgment:
         """Judge one step outside a scoring run (a session of its own; not from inside a
@@ -205,7 +210,7 @@ class OpenAIJudge:
         return anyio.run(once)
 
     async def _judge(
-        self, client: httpx.AsyncClient, key: str | None, step: Step, context: Sequence[Step]
+        self, clients: _Clients, key: str | None, step: Step, context: Sequence[Step]
     ) -> StepJudgment:
         prompt = render_prompt(self._template, step, context)
         content = _encode(request_body(self.params, self.system_prompt, prompt))
@@ -221,7 +226,8 @@ class OpenAIJudge:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    body = await self._send(client, content, attempts)
+                    async with clients.one() as client:
+                        body = await self._send(client, content, attempts)
             return parse_answer(body, attempts=attempts)
         except (_Resend, JudgeFailure) as exc:
             # What the endpoint said is quoted: scrub the key out of it, should it echo it.
@@ -278,6 +284,23 @@ class OpenAIJudge:
         if status >= 500 or status == 408:
             raise _Resend("http_status", said)
         raise JudgeFailure(said, failure="http_status", attempts=attempts)
+
+
+class _Clients:
+    """The session's clients, one lent to each request in flight."""
+
+    def __init__(self, idle: list[httpx.AsyncClient], free: anyio.Semaphore) -> None:
+        self._idle = idle
+        self._free = free
+
+    @asynccontextmanager
+    async def one(self) -> AsyncIterator[httpx.AsyncClient]:
+        async with self._free:  # more callers than clients (outside a scoring run) wait
+            client = self._idle.pop()
+            try:
+                yield client
+            finally:
+                self._idle.append(client)
 
 
 @functools.cache
