@@ -7,7 +7,8 @@ mapping is sent as JSON) and a delay before answering. The default answer reads 
 being judged: unsafe when it mentions ``evil``, else safe.
 
 Run as a program (``python judge_endpoint.py --delay 0.05``) it serves the default answer
-and prints its base URL on the first line (the benchmark starts it that way).
+and prints its base URL on the first line (the benchmark starts it that way); ``GET
+/stats`` then says how many requests it answered.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Endpoint:
         self.in_flight = 0
         self.most_in_flight = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -143,12 +144,30 @@ class Endpoint:
             pass  # the client gave up (a timeout test): nothing to answer
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) drops the SYNs of a client opening 32 connections at once;
+    # each dropped one costs a second of retransmission.
+    request_queue_size = 256
+
+
 def _handler(endpoint: Endpoint) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints
+        # Headers and body go out as two writes: with Nagle's algorithm the second waits
+        # for the client's delayed ACK (40 ms a request). Real servers set TCP_NODELAY.
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             endpoint._serve(self)
+
+        def do_GET(self) -> None:
+            """``GET /stats``: how many requests were answered (for the benchmark)."""
+            body = json.dumps({"requests": len(endpoint.requests)}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet
