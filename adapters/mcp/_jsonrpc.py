@@ -33,6 +33,10 @@ _ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
 
+#: Requests whose answers the stdio proxy keeps with the episode
+#: (``meta["mcp"]["server_answers"]``) and server-less replay serves.
+RECORDED_METHODS = frozenset({"initialize", "server/discover", "tools/list"})
+
 Kind = Literal["request", "notification", "response", "other"]
 Outcome = Literal["result", "tool_error", "empty", "protocol_error", "malformed"]
 
@@ -74,7 +78,7 @@ def parse(data: bytes | str) -> Message:
     """Classify one message. Never raises: anything that is not JSON-RPC is ``other``."""
     try:
         body = _decode.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested deeper than the decoder goes
         return _OTHER
     if not isinstance(body, dict):
         # Batches were removed from MCP in 2025-06-18; a batch is relayed as it is.

@@ -46,6 +46,7 @@ from ._episodes import EpisodeSlot
 from ._fdstream import iter_lines, on_stdio
 from ._jsonrpc import (
     PROTOCOL_VERSION_META_KEY,
+    RECORDED_METHODS,
     Message,
     case_id_of,
     error_message,
@@ -58,9 +59,6 @@ from ._schema import output_schemas
 
 PathLike = str | os.PathLike[str]
 
-#: Requests whose answers the stdio proxy records (``meta["mcp"]["server_answers"]``) and
-#: server-less replay serves.
-RECORDED_METHODS = frozenset({"initialize", "server/discover", "tools/list"})
 #: The revision a synthesized ``server/discover`` advertises (the stateless era).
 MODERN_VERSION = "2026-07-28"
 HANDSHAKE_VERSION = "2025-11-25"

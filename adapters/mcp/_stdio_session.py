@@ -19,6 +19,7 @@ from anyio.abc import Process
 from ._episodes import EpisodeSlot
 from ._fdstream import iter_lines
 from ._jsonrpc import (
+    RECORDED_METHODS,
     cancelled_request_of,
     case_id_of,
     id_key,
@@ -27,7 +28,6 @@ from ._jsonrpc import (
     tool_call_of,
 )
 from ._recording import UpstreamGone
-from ._replay_server import RECORDED_METHODS
 from ._schema import output_schemas
 from ._stdio_calls import CallSession
 
