@@ -21,6 +21,7 @@ from litmus_sandbox import reports
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
+from litmus_sandbox._cli.show import add_parser as add_show_parser
 from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
@@ -386,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_rebaseline)
     add_replay_parsers(sub)
+    add_show_parser(sub)
     _add_import_parsers(sub)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
     p = sub.add_parser(

@@ -1,0 +1,234 @@
+"""``litmus-sandbox show EPISODES``: an episode's timeline in the terminal.
+
+Each step in order: its index, the role or tool, the call's fidelity, a refusal marker
+and a marker on the steps after a refusal, what the agent was shown and what really
+happened where they differ, effects and findings (the view is
+:mod:`litmus_sandbox.reports._timeline`'s, shared with the HTML report). ``--verdicts``
+adds the judge's verdict on each covered step, with the evidence of an unsafe one.
+
+Rendered with rich: colour on a terminal, plain text (no ANSI escapes) when piped or
+with ``NO_COLOR``. An unknown case or episode is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from litmus_sandbox._cli.parser import Parser
+from litmus_sandbox._core.scoring import RefusalDetector
+from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.records import Episode, Verdict
+from litmus_sandbox._store.streams import ReadWarning, iter_episodes, iter_verdicts
+from litmus_sandbox.reports._timeline import EpisodeView, StepView, episode_view
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+
+__all__ = ["add_parser", "cmd_show"]
+
+#: Styles of each fidelity, each marker (rich style names).
+FIDELITY_STYLE = {
+    "real": "green",
+    "stubbed": "cyan",
+    "replayed": "blue",
+    "swallowed": "bold magenta",
+    "denied": "yellow",
+}
+#: Columns of a timeline written to a pipe or a file (no terminal to fit).
+PIPED_WIDTH = 160
+STATUS_STYLE = {"complete": "green", "aborted": "red", "incomplete": "yellow", "torn": "red"}
+
+
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    """Register ``show`` on the command line's subparsers."""
+    p = sub.add_parser(
+        "show",
+        help="print an episode's timeline: steps, fidelity, refusals, effects, findings",
+        description="Print the timeline of each episode in EPISODES (or only those of "
+        "--case / --episode): colour on a terminal, plain text when piped.",
+    )
+    p.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode stream files (JSONL)")
+    p.add_argument("--case", metavar="ID", help="only the episodes of this case")
+    p.add_argument("--episode", metavar="ID", help="only this episode")
+    p.add_argument(
+        "--verdicts",
+        nargs="+",
+        metavar="V",
+        help="verdict streams: mark each covered step safe or unsafe, with the evidence",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="POLICY.toml",
+        help="tell refusals by this policy's refusal detector (default: the built-in one)",
+    )
+    p.set_defaults(func=cmd_show)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    detector = RefusalDetector()
+    if args.policy:
+        from litmus_sandbox.judges import load_policy
+
+        detector = load_policy(args.policy).detector
+    verdicts = _verdicts(args.verdicts or ())
+    warnings: list[ReadWarning] = []
+    console = _console()
+    shown = 0
+    seen_cases: list[str] = []
+    for ep in _selected(args.episodes, warnings, args.case, args.episode, seen_cases):
+        if shown:
+            console.print()
+        _print(console, render(episode_view(ep, detector, verdicts.get(ep.episode_id))))
+        shown += 1
+    for w in warnings:
+        print(f"litmus-sandbox: {w}", file=sys.stderr)
+    if not shown:
+        raise LitmusError(_nothing(args, seen_cases))
+    return 0
+
+
+def _selected(
+    paths: Sequence[str],
+    warnings: list[ReadWarning],
+    case: str | None,
+    episode: str | None,
+    seen_cases: list[str],
+) -> Iterator[Episode]:
+    known: set[str] = set()
+    for ep in iter_episodes(paths, warnings):
+        if ep.case_id not in known:
+            known.add(ep.case_id)
+            seen_cases.append(ep.case_id)
+        if case is not None and ep.case_id != case:
+            continue
+        if episode is not None and ep.episode_id != episode:
+            continue
+        yield ep
+
+
+def _nothing(args: argparse.Namespace, cases: Sequence[str]) -> str:
+    where = ", ".join(args.episodes)
+    if not cases:
+        return f"{where}: no episode to show"
+    some = ", ".join(cases[:5]) + (f" and {len(cases) - 5} more" if len(cases) > 5 else "")
+    if args.case is not None and args.case not in cases:
+        return f"no case {args.case!r} in {where} (cases: {some})"
+    if args.case is not None:
+        return f"no episode {args.episode!r} of case {args.case!r} in {where}"
+    return f"no episode {args.episode!r} in {where}"
+
+
+def _verdicts(paths: Sequence[str]) -> dict[str, Verdict]:
+    out: dict[str, Verdict] = {}
+    for path in paths:
+        for block in iter_verdicts(path):
+            out.update((v.episode_id, v) for v in block if isinstance(v, Verdict))
+    return out
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # highlight=False: rich would colour numbers and quotes of recorded text by guess.
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped: wide rows, so that a step stays on few lines for grep and less.
+        console.width = PIPED_WIDTH
+    return console
+
+
+def _print(console: Console, renderable: RenderableType) -> None:
+    """Print on a terminal as is; piped, without the padding that ends each table row."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def render(view: EpisodeView) -> RenderableType:
+    """One episode's timeline as a rich renderable: a title line, then a row per step."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    title = Text.assemble(
+        ("episode ", "dim"),
+        (view.episode_id, "bold"),
+        ("  case ", "dim"),
+        (view.case_id, "bold"),
+    )
+    if view.agent:
+        title.append("  agent ", "dim").append(view.agent)
+    title.append("  recorder ", "dim").append(view.recorder)
+    title.append("  ").append(view.status, STATUS_STYLE.get(view.status, ""))
+    title.append(f", {len(view.steps)} step" + ("" if len(view.steps) == 1 else "s"))
+    if view.truncated:
+        title.append("  recording truncated", "bold red")
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold dim")
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("who", no_wrap=True)
+    table.add_column("fidelity", no_wrap=True)
+    table.add_column("mark", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for step in view.steps:
+        table.add_row(
+            str(step.index),
+            Text(step.who, "bold" if step.kind == "tool_call" else ""),
+            Text(step.fidelity or "", _fidelity_style(step.fidelity)),
+            _marks(step),
+            _what(step),
+        )
+    parts: list[RenderableType] = [title, table]
+    tail = [("unattributed", line) for line in view.unattributed]
+    tail += [("finding", line) for line in view.end_findings]
+    if tail:
+        end = Text("end of episode:", "dim")
+        for label, line in tail:
+            end.append(f"\n  {label}: ", "dim").append(line, "red" if label == "finding" else "")
+        parts.append(end)
+    return Group(*parts)
+
+
+def _fidelity_style(fidelity: str | None) -> str:
+    if fidelity is None:
+        return ""
+    return FIDELITY_STYLE.get(fidelity.split(" ", 1)[0], "")
+
+
+def _marks(step: StepView) -> Text:
+    from rich.text import Text
+
+    parts = []
+    if step.refusal:
+        parts.append(Text("REFUSAL", "bold yellow"))
+    if step.after_refusal:
+        parts.append(Text("after refusal", "bold red"))
+    if step.verdict == "unsafe":
+        parts.append(Text("UNSAFE", "bold white on red"))
+    return Text(" ").join(parts)
+
+
+def _what(step: StepView) -> Text:
+    from rich.text import Text
+
+    what = Text(step.text)
+    if step.kind == "tool_call":
+        what = Text("(") + what + Text(")")
+        if step.shown is not None:
+            what.append("\nshown: ", "dim").append(step.shown)
+        if step.actual is not None:
+            what.append("\nactual: ", "bold magenta").append(step.actual)
+    for line in step.effects:
+        what.append("\neffect: ", "dim").append(line)
+    for line in step.findings:
+        what.append("\nfinding: ", "bold red").append(line)
+    if step.evidence is not None:
+        what.append("\nunsafe: ", "bold red").append(step.evidence)
+    return what
