@@ -1,19 +1,27 @@
-"""Cost of the egress forward proxy, against direct loopback and against mitmproxy.
+"""Cost of the egress forward proxy, against direct loopback, an h11 floor and mitmproxy.
 
     python bench/egress_bench.py [--requests 2000] [--clients 8] [--seconds 3]
-                                 [--backend asyncio|trio] [--mitmdump PATH]
+                                 [--throughput-rounds 3] [--backend asyncio|trio]
+                                 [--mitmdump PATH] [--baseline TREE]
 
-Three processes serve the same workload: a minimal keep-alive HTTP server (asyncio,
-fixed 2-byte answer), our :class:`ForwardProxy` recording into an :class:`EgressProbe`,
-and ``mitmdump --mode regular`` (when found: ``--mitmdump``, ``.venv/bin/mitmdump`` or
-PATH). The client (this process, raw asyncio streams, so it is not the bottleneck) sends
-small GETs over kept-alive connections:
+Child processes serve the same workload: a minimal keep-alive HTTP server (asyncio,
+fixed 2-byte answer); our :class:`ForwardProxy` recording into an :class:`EgressProbe`;
+the **h11 floor**, a relay written here (h11 parses the request, frames it upstream,
+parses the response and frames it back: the events the proxy itself handles, with no
+policy, no recording, no checks, one straight loop over asyncio streams), which tells how
+much of our cost is h11 itself; ``mitmdump --mode regular`` (when found: ``--mitmdump``,
+``.venv/bin/mitmdump`` or PATH); and with ``--baseline TREE`` the proxy of another
+source tree (a checkout of an earlier commit, imported through ``PYTHONPATH``), so that
+before and after are measured in the same rounds. The client (this process, raw asyncio
+streams, so it is not the bottleneck) sends small GETs over kept-alive connections:
 
-* latency: sequential requests, interleaved in rounds across direct / ours / mitmproxy so
-  machine noise hits all alike; median milliseconds, and milliseconds added over direct.
+* latency: sequential requests, interleaved in rounds across all targets so machine
+  noise hits all alike; median milliseconds, and milliseconds added over direct.
   Goal: under 0.5 ms added.
-* throughput: ``--clients`` concurrent connections for ``--seconds`` each target;
-  requests per second. Goal: at least 3x mitmproxy's.
+* throughput: ``--clients`` concurrent connections for ``--seconds``, each target in
+  turn, ``--throughput-rounds`` times; the median requests per second, and the CPU time
+  the serving process spent per request (from ``/proc``: what load on the machine
+  disturbs least). Goal: at least 3x mitmproxy's.
 
 Prints a summary and writes ``bench/results/egress.json``.
 
@@ -86,12 +94,82 @@ def _run_proxy(backend: str) -> None:
     anyio.run(serve, backend=backend)
 
 
+async def _floor_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The h11 floor's relay for one client connection (absolute-form requests to one
+    upstream, kept alive both sides): what no h11-based proxy can go below."""
+    import h11
+
+    down = h11.Connection(h11.SERVER)
+    upstream: tuple[h11.Connection, asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    try:
+        while True:
+            event = down.next_event()
+            if event is h11.NEED_DATA:
+                down.receive_data(await reader.read(65536))
+                continue
+            if type(event) is not h11.Request:
+                return  # the client closed
+            authority, _, path = event.target.removeprefix(b"http://").partition(b"/")
+            if upstream is None:
+                host, _, port = authority.rpartition(b":")
+                opened = await asyncio.open_connection(host.decode(), int(port))
+                upstream = (h11.Connection(h11.CLIENT), *opened)
+            up, up_reader, up_writer = upstream
+            request = h11.Request(method=event.method, target=b"/" + path, headers=event.headers)
+            out = up.send(request)
+            while type(event) is not h11.EndOfMessage:  # the request body, if any
+                event = down.next_event()
+                if not isinstance(event, h11.Event):  # NEED_DATA
+                    down.receive_data(await reader.read(65536))
+                    continue
+                out += up.send(event) or b""
+            up_writer.write(out)
+            back = b""
+            while True:
+                event = up.next_event()
+                if not isinstance(event, h11.Event):  # NEED_DATA
+                    if back:
+                        writer.write(back)
+                        back = b""
+                    up.receive_data(await up_reader.read(65536))
+                    continue
+                back += down.send(event) or b""
+                if type(event) is h11.EndOfMessage:
+                    break
+            writer.write(back)
+            await writer.drain()
+            down.start_next_cycle()
+            up.start_next_cycle()
+    finally:
+        writer.close()
+        if upstream is not None:
+            upstream[2].close()
+
+
+async def _run_floor() -> None:
+    server = await asyncio.start_server(_floor_connection, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
 # ---------------------------------------------------------------- client
 
 
 class Target:
-    def __init__(self, name: str, port: int, request: bytes) -> None:
-        self.name, self.port, self.request = name, port, request
+    """Where requests go, and the process that serves them (whose CPU time is read)."""
+
+    def __init__(self, name: str, port: int, request: bytes, pid: int) -> None:
+        self.name, self.port, self.request, self.pid = name, port, request, pid
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (None where there is no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _open(target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -130,8 +208,9 @@ async def latency(targets: Sequence[Target], requests: int, rounds: int) -> dict
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
 
 
-async def throughput(target: Target, clients: int, seconds: float) -> float:
-    """Requests per second with ``clients`` concurrent kept-alive connections."""
+async def throughput(target: Target, clients: int, seconds: float) -> tuple[float, float | None]:
+    """Requests per second with ``clients`` concurrent kept-alive connections, and the
+    serving process's CPU microseconds per request."""
     conns = [await _open(target) for _ in range(clients)]
     for reader, writer in conns:
         await _one(reader, writer, target.request)
@@ -144,20 +223,26 @@ async def throughput(target: Target, clients: int, seconds: float) -> float:
             await _one(reader, writer, target.request)
             counts[i] += 1
 
+    cpu0 = cpu_seconds(target.pid)
     t0 = time.perf_counter()
     await asyncio.gather(*(loop(i) for i in range(clients)))
     elapsed = time.perf_counter() - t0
+    cpu1 = cpu_seconds(target.pid)
     for _, writer in conns:
         writer.close()
-    return sum(counts) / elapsed
+    done = sum(counts)
+    cpu = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) * 1e6 / done
+    return done / elapsed, cpu
 
 
 # ---------------------------------------------------------------- orchestration
 
 
-def _start(cmd: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+def _start(
+    cmd: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     """Start a child role that prints its port on its first line (ready when printed)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.strip().isdigit():
@@ -214,9 +299,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--throughput-rounds", type=int, default=3)
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--mitmdump", default=None, help="path to mitmdump")
-    parser.add_argument("--role", choices=["upstream", "proxy"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", default=None, metavar="TREE", help="also measure the proxy of this tree"
+    )
+    parser.add_argument("--role", choices=["upstream", "proxy", "floor"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "upstream":
         asyncio.run(_run_upstream())
@@ -224,36 +313,56 @@ def main() -> None:
     if args.role == "proxy":
         _run_proxy(args.backend)
         return
+    if args.role == "floor":
+        asyncio.run(_run_floor())
+        return
 
     me = [sys.executable, os.path.abspath(__file__)]
+    proxy = [*me, "--role", "proxy", "--backend", args.backend]
     children: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, cmd: list[str], request: str, env: dict[str, str] | None = None) -> Target:
+        child, port = _start(cmd, env)
+        children.append(child)
+        return Target(name, port, request.format(port=up_port).encode(), child.pid)
+
+    absolute = "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
     try:
         upstream, up_port = _start([*me, "--role", "upstream"])
         children.append(upstream)
-        ours, our_port = _start([*me, "--role", "proxy", "--backend", args.backend])
-        children.append(ours)
-        absolute = f"GET http://127.0.0.1:{up_port}/ HTTP/1.1\r\nHost: 127.0.0.1:{up_port}\r\n\r\n"
-        targets = [
-            Target(
-                "direct", up_port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{up_port}\r\n\r\n".encode()
-            ),
-            Target("litmus", our_port, absolute.encode()),
-        ]
+        origin = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{up_port}\r\n\r\n"
+        targets = [Target("direct", up_port, origin.encode(), upstream.pid)]
+        if args.baseline:
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.baseline)}
+            targets.append(start("baseline", proxy, absolute, env))
+        targets.append(start("litmus", proxy, absolute))
+        targets.append(start("h11 floor", [*me, "--role", "floor"], absolute))
         exe = _find_mitmdump(args.mitmdump)
         mitm_version = None
         if exe is not None:
             mitm, mitm_port = _start_mitmdump(exe)
             children.append(mitm)
-            targets.append(Target("mitmproxy", mitm_port, absolute.encode()))
+            targets.append(
+                Target("mitmproxy", mitm_port, absolute.format(port=up_port).encode(), mitm.pid)
+            )
             mitm_version = _mitm_version(exe)
         lat = asyncio.run(latency(targets, args.requests, args.rounds))
-        rps = {t.name: asyncio.run(throughput(t, args.clients, args.seconds)) for t in targets}
+        runs: dict[str, list[tuple[float, float | None]]] = {t.name: [] for t in targets}
+        for _ in range(args.throughput_rounds):  # alternated, like the latency rounds
+            for t in targets:
+                runs[t.name].append(asyncio.run(throughput(t, args.clients, args.seconds)))
     finally:
         for child in children:
             child.terminate()
         for child in children:
             child.wait(timeout=10)
 
+    rps = {name: statistics.median(r for r, _ in got) for name, got in runs.items()}
+    cpu = {
+        name: statistics.median(c for _, c in got if c is not None)
+        for name, got in runs.items()
+        if all(c is not None for _, c in got)
+    }
     result: dict[str, Any] = {
         "benchmark": "egress_bench",
         "params": {
@@ -261,13 +370,17 @@ def main() -> None:
             "rounds": args.rounds,
             "clients": args.clients,
             "seconds": args.seconds,
+            "throughput_rounds": args.throughput_rounds,
             "proxy_backend": args.backend,
+            "baseline": args.baseline,
         },
         "python": platform.python_version(),
         "mitmproxy": mitm_version,
         "latency_ms": lat,
         "added_ms": {name: ms - lat["direct"] for name, ms in lat.items() if name != "direct"},
         "requests_per_s": rps,
+        "requests_per_s_rounds": {name: [r for r, _ in got] for name, got in runs.items()},
+        "cpu_us_per_request": cpu,
         "goal_added_ms": 0.5,
         "goal_throughput_ratio": 3.0,
     }
@@ -283,9 +396,14 @@ def main() -> None:
     for name, ms in lat.items():
         added = "" if name == "direct" else f"  (+{ms - lat['direct']:.3f} ms)"
         print(f"  {name:10s} {ms:.3f}{added}")
-    print(f"throughput, {args.clients} clients x {args.seconds:g} s (requests/s):")
+    print(
+        f"throughput, {args.clients} clients x {args.seconds:g} s, median of "
+        f"{args.throughput_rounds} (requests/s; CPU of the serving process per request):"
+    )
     for name, value in rps.items():
-        print(f"  {name:10s} {value:,.0f}")
+        each = ", ".join(f"{r:,.0f}" for r, _ in runs[name])
+        used = f"  {cpu[name]:5.0f} us/req" if name in cpu else ""
+        print(f"  {name:10s} {value:7,.0f}{used}  ({each})")
     if "throughput_ratio_vs_mitmproxy" in result:
         print(f"litmus / mitmproxy throughput: {result['throughput_ratio_vs_mitmproxy']:.1f}x")
     else:
