@@ -406,6 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
 #: command runs, so other commands never load the harness.
 IMPORTERS: dict[str, tuple[str, str]] = {
     "inspect": ("litmus_sandbox.adapters.inspect._cli", "Inspect AI logs (.eval or .json)"),
+    "openai-chat": (
+        "litmus_sandbox.adapters.openai._cli",
+        "OpenAI chat transcripts (JSONL: case_id, messages)",
+    ),
+    "openai-responses": (
+        "litmus_sandbox.adapters.openai._cli",
+        "OpenAI Responses transcripts (JSONL: case_id, input)",
+    ),
 }
 
 

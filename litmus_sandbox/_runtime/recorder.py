@@ -211,13 +211,14 @@ class Recording:
 
     async def call_with(
         self,
-        runner: Runner,
+        runner: Runner | None,
         tool: str,
         args: Mapping[str, Any],
         *,
         finalize: Finalize | None = None,
     ) -> ToolResult:
-        """Like :meth:`call`, but a call that runs for real runs ``await runner(tool, args)``.
+        """Like :meth:`call`, but a call that runs for real runs ``await runner(tool, args)``
+        (``runner=None``: the registered tool runs, as in :meth:`call`).
 
         Adapters use this to forward calls to a tool server they front. The runner may
         return a :class:`Shown` to say exactly what the agent sees (content blocks, error

@@ -1,0 +1,51 @@
+"""OpenAI-style tool loops: import chat and Responses transcripts, record live loops.
+
+Shipped as ``litmus_sandbox.adapters.openai`` (no extra: the ``openai`` package is never
+imported; its objects are read through ``model_dump``):
+
+* ``litmus-sandbox import openai-chat|openai-responses TRANSCRIPTS.jsonl -o EPISODES.jsonl``
+  (``_transcripts.py``, ``_cli.py``): one episode per line;
+* :func:`run_chat_tool_calls` and :func:`run_response_function_calls` (``_live.py``): record
+  a model's turn in an open episode and run its calls under the sandbox policy.
+
+Both read turns with the same code (``_shapes.py``) and make steps with the same code
+(``_steps.py``): calls and results are joined by id, a call without a result makes the
+recording truncated, and the same conversation in either API gives the same steps.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from litmus_sandbox.adapters.openai._live import run_chat_tool_calls as run_chat_tool_calls
+    from litmus_sandbox.adapters.openai._live import (
+        run_response_function_calls as run_response_function_calls,
+    )
+    from litmus_sandbox.adapters.openai._steps import RECORDER_NAME as RECORDER_NAME
+    from litmus_sandbox.adapters.openai._transcripts import (
+        import_transcripts as import_transcripts,
+    )
+
+_EXPORTS = {
+    "RECORDER_NAME": "litmus_sandbox.adapters.openai._steps",
+    "import_transcripts": "litmus_sandbox.adapters.openai._transcripts",
+    "run_chat_tool_calls": "litmus_sandbox.adapters.openai._live",
+    "run_response_function_calls": "litmus_sandbox.adapters.openai._live",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
