@@ -7,10 +7,23 @@ interface (``receive``, ``send``, ``send_eof``, ``aclose``). On trio those are a
 socket streams. On asyncio, anyio's socket stream yields to the event loop after every
 send and hands the socket back to the selector around every receive; a proxied request
 makes two of each, which cost about 80 µs of CPU on the benchmark machine: as much as
-the proxy's own work besides h11. There the proxy wraps asyncio's own
-``StreamReader`` and ``StreamWriter`` instead (:class:`AsyncioStream`): a receive waits
-only when nothing is buffered, and a send only while the kernel has not taken the bytes
-(no write buffering, as with anyio).
+the proxy's own work besides h11. There the proxy uses :class:`AsyncioStream`, an
+asyncio protocol that is its own stream: ``data_received`` keeps each chunk as it came
+(no copy into a buffer and out again, as ``StreamReader`` makes) and wakes the one
+receiver; a receive waits only when nothing is buffered, and a send only while the
+kernel has not taken the bytes (no write buffering, as with anyio).
+
+====================  =========================================================
+protocol callback     what the stream does
+====================  =========================================================
+``data_received``     queue the chunk; past :data:`HIGH_WATER` bytes queued,
+                      pause reading until a receive brings it under
+                      :data:`LOW_WATER`
+``eof_received``      receives end (``EndOfStream``) once the queue is empty;
+                      the stream stays open for sending (half-close)
+``connection_lost``   a reset: receives and sends raise ``BrokenResourceError``
+``pause_writing``     a send waits until ``resume_writing`` (or the loss)
+====================  =========================================================
 
 Connections are made the way anyio makes them: accepted from the listener's own socket
 with ``loop.sock_accept`` (:func:`serve`), connected with happy eyeballs
@@ -22,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any
@@ -32,6 +46,11 @@ from anyio.streams.stapled import MultiListener
 
 #: A connection handler, as given to ``Listener.serve``.
 Handler = Callable[[ByteStream], Coroutine[Any, Any, None]]
+
+#: Reading pauses past this many bytes received and not yet taken (StreamReader's
+#: default), and resumes under :data:`LOW_WATER`.
+HIGH_WATER = 128 * 1024
+LOW_WATER = 64 * 1024
 
 
 def _on_asyncio() -> asyncio.AbstractEventLoop | None:
@@ -48,47 +67,117 @@ def clock() -> Callable[[], float]:
     return anyio.current_time if loop is None else loop.time
 
 
-class AsyncioStream(ByteStream):
-    """An anyio byte stream over asyncio's stream reader and writer."""
+class AsyncioStream(asyncio.Protocol, ByteStream):
+    """An anyio byte stream that is an asyncio protocol (one receiver at a time)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader, self._writer = reader, writer
-        writer.transport.set_write_buffer_limits(0)  # a send waits until the kernel has it
-        self._closed = False
+    transport: asyncio.Transport
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._chunks: deque[bytes] = deque()
+        self._queued = 0
+        self._eof = False
+        self._lost = False  # the connection is gone (reset, or closed both ways)
+        self._reset = False  # ... by an error
+        self._closed = False  # aclose() was called
+        self._paused = False  # reading is paused
+        # What a waiting receive and a waiting send (tunnels do both at once) wait on.
+        self._receiving: asyncio.Future[None] | None = None
+        self._sending: asyncio.Future[None] | None = None
+
+    # -- protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(0)  # a send waits until the kernel has it
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._queued += len(data)
+        if self._queued > HIGH_WATER and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        if self._receiving is not None:
+            _wake(self._receiving)
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if self._receiving is not None:
+            _wake(self._receiving)
+        return True  # keep the transport open: the other way may still send
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = self._eof = True
+        self._reset = exc is not None
+        for waiter in (self._receiving, self._sending):
+            if waiter is not None:
+                _wake(waiter)
+
+    def pause_writing(self) -> None:
+        pass  # a send sees the bytes the transport still holds, and waits
+
+    def resume_writing(self) -> None:
+        if self._sending is not None:
+            _wake(self._sending)
+
+    # -- the byte stream
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        try:
-            data = await self._reader.read(max_bytes)
-        except OSError as exc:  # a reset
-            raise anyio.BrokenResourceError from exc
-        if not data:
+        while not self._chunks:
+            if self._reset:
+                raise anyio.BrokenResourceError
             if self._closed:
                 raise anyio.ClosedResourceError
-            raise anyio.EndOfStream
+            if self._eof:
+                raise anyio.EndOfStream
+            self._receiving = self._loop.create_future()
+            try:
+                await self._receiving
+            finally:
+                self._receiving = None
+        if self._reset:
+            raise anyio.BrokenResourceError  # what StreamReader did: a reset wins
+        data = self._chunks.popleft()
+        if len(data) > max_bytes:
+            self._chunks.appendleft(data[max_bytes:])
+            data = data[:max_bytes]
+        self._queued -= len(data)
+        if self._paused and self._queued < LOW_WATER and not self._lost:
+            self._paused = False
+            self.transport.resume_reading()
         return data
 
     async def send(self, item: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        writer = self._writer
-        if writer.transport.is_closing():
+        transport = self.transport
+        if self._lost or transport.is_closing():
             raise anyio.BrokenResourceError
-        writer.write(item)
-        if writer.transport.get_write_buffer_size():
+        transport.write(item)
+        while transport.get_write_buffer_size():
+            if self._lost:
+                raise anyio.BrokenResourceError
+            self._sending = self._loop.create_future()
             try:
-                await writer.drain()
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
+                await self._sending
+            finally:
+                self._sending = None
 
     async def send_eof(self) -> None:
         with suppress(OSError):
-            if self._writer.can_write_eof():
-                self._writer.write_eof()
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
 
     async def aclose(self) -> None:
         self._closed = True
-        self._writer.transport.abort()
+        self.transport.abort()
         await anyio.lowlevel.checkpoint()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def connect(host: str, port: int) -> ByteStream:
@@ -100,14 +189,17 @@ async def connect(host: str, port: int) -> ByteStream:
     """
     if _on_asyncio() is None:
         return await anyio.connect_tcp(host, port)
+    loop = asyncio.get_running_loop()
     try:
-        reader, writer = await asyncio.open_connection(host, port, happy_eyeballs_delay=0.25)
+        _, stream = await loop.create_connection(
+            lambda: AsyncioStream(loop), host, port, happy_eyeballs_delay=0.25
+        )
     except socket.gaierror:
         raise
     except OSError as exc:
         # What anyio.connect_tcp says, so the client's 502 reads the same on both backends.
         raise OSError("All connection attempts failed") from exc
-    return AsyncioStream(reader, writer)
+    return stream
 
 
 async def serve(listener: MultiListener[SocketStream], handler: Handler) -> None:
@@ -135,5 +227,5 @@ async def _accept(
                 loop.remove_reader(raw)
             raise
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader, writer = await asyncio.open_connection(sock=client)
-        tg.start_soon(handler, AsyncioStream(reader, writer))
+        _, stream = await loop.connect_accepted_socket(lambda: AsyncioStream(loop), client)
+        tg.start_soon(handler, stream)
