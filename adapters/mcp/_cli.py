@@ -20,6 +20,7 @@ from litmus_sandbox._model.errors import leaf_errors
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
+from ._relay import DEFAULT_MAX_MESSAGE_BYTES
 from ._replay_server import ReplayServer
 from ._stdio import StdioProxy
 
@@ -131,6 +132,15 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=[],
         help="an argument path that never matters when matching, e.g. '$._meta' (repeatable)",
+    )
+    p.add_argument(
+        "--max-message-bytes",
+        metavar="N",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="the largest JSON-RPC message either side may send: a client's larger message "
+        "gets an error, a server's cuts it off, and the episode ends aborted "
+        f"(default {DEFAULT_MAX_MESSAGE_BYTES} = 64 MiB)",
     )
     p.add_argument("--fsync", action="store_true", help="fsync every record")
     p.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here")
@@ -259,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout must be a positive number of seconds (or 0: no limit)")
     if args.timeout == 0:
         args.timeout = None
+    if args.max_message_bytes < 1024:
+        raise ConfigError("--max-message-bytes must be at least 1024")
     if args.case_id is not None and not args.case_id.strip():
         raise ConfigError("--case-id must not be empty (leave it out for the client's _meta)")
     root = Path(args.root) if args.root else Path.cwd()
@@ -291,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         if args.env:
             raise ConfigError("--env applies to a stdio server the proxy starts")
         host, port = _listen(args.listen)
-        http = HttpProxy(args.upstream, **common)
+        http = HttpProxy(args.upstream, max_message_bytes=args.max_message_bytes, **common)
         return _run(_serve_http, http, host, port)
     if not command and args.replay:
         if args.env:
@@ -315,7 +327,13 @@ def run(args: argparse.Namespace) -> int:
             "or serve a recording with --replay EPISODES"
         )
     egress = _egress(args, policy)
-    proxy = StdioProxy(command, env=_env(args.env), egress=egress, **common)
+    proxy = StdioProxy(
+        command,
+        env=_env(args.env),
+        egress=egress,
+        max_message_bytes=args.max_message_bytes,
+        **common,
+    )
     if egress is not None:
         print(
             "litmus-sandbox: the server's egress goes through a recording loopback proxy "
@@ -326,6 +344,14 @@ def run(args: argparse.Namespace) -> int:
     code: int = _run(_serve_stdio, proxy)
     if proxy.recorded:
         print(f"litmus-sandbox: MCP session recorded in {args.episodes}", file=sys.stderr)
+    elif proxy.sent_anything:
+        # A discovery probe (server/discover, then gone) is not a run: no episode, so
+        # the gate never sees a zero-step run beside the real one.
+        print(
+            "litmus-sandbox: the client only probed the server (no tools/call, no "
+            "completed initialize); no episode recorded",
+            file=sys.stderr,
+        )
     else:
         # No episode: a run that never happened must not pass for a run that did nothing.
         print("litmus-sandbox: the client sent nothing; no episode recorded", file=sys.stderr)

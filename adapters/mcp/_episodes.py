@@ -65,15 +65,18 @@ class EpisodeSlot:
         self._close = anyio.Event()
         self._closed = anyio.Event()
         self._abort: str | None = None
+        self._end_notes: dict[str, Any] = {}
         self.touched = False
 
     @property
     def opened(self) -> bool:
         return self._recorder is not None
 
-    def offer_case_id(self, case_id: str | None, method: str | None) -> None:
-        """A case id the client sent in ``_meta``; used if none is fixed yet."""
-        self.touched = True
+    def offer_case_id(self, case_id: str | None, method: str | None, *, touch: bool = True) -> None:
+        """A case id the client sent in ``_meta``; used if none is fixed yet. ``touch``:
+        the request makes the session one to record (else :meth:`touch` says so)."""
+        if touch:
+            self.touched = True
         if case_id and self._case_id is None and self._recorder is None:
             self._case_id = case_id
             self._source = f"meta:{method}"
@@ -86,6 +89,14 @@ class EpisodeSlot:
         """
         if self._recorder is None:
             self._meta[key] = value
+
+    def touch(self) -> None:
+        """The session is a run to record, even if it calls no tool."""
+        self.touched = True
+
+    def end_note(self, key: str, value: Any) -> None:
+        """Set a fact of the end record's ``meta["mcp"]`` (the last value wins)."""
+        self._end_notes[key] = value
 
     def abort(self, reason: str) -> None:
         """End the episode ``aborted`` with this reason when it closes (first reason wins)."""
@@ -121,6 +132,8 @@ class EpisodeSlot:
             ) as ep:
                 task_status.started(ep)
                 await self._close.wait()
+                if self._end_notes:
+                    ep.end_meta.setdefault("mcp", {}).update(self._end_notes)
                 if self._abort is not None:
                     raise UpstreamGone(self._abort)
         except UpstreamGone:

@@ -16,6 +16,7 @@ import os
 import stat
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import overload
 
 import anyio
 import anyio.lowlevel
@@ -255,6 +256,11 @@ class FdSendStream(_Fd, ByteSendStream):
         self._pending = bytearray(memoryview(item)[n:])
         return False
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued by :meth:`send_nowait` and not yet written."""
+        return len(self._pending) if self._pending else 0
+
     async def flush(self) -> None:
         """Wait until everything queued is written (cancelled, the rest stays queued)."""
         pending = self._pending
@@ -271,24 +277,65 @@ class FdSendStream(_Fd, ByteSendStream):
             raise anyio.BrokenResourceError from exc
 
 
-async def iter_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
-    """Newline-terminated lines exactly as received (a last unterminated line too)."""
+class LineTooLong:
+    """A line longer than the reader's bound: ``size`` bytes of it were read, and dropped."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"LineTooLong({self.size})"
+
+
+@overload
+def iter_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]: ...
+@overload
+def iter_lines(stream: ByteReceiveStream, max_bytes: int) -> AsyncIterator[bytes | LineTooLong]: ...
+
+
+async def iter_lines(
+    stream: ByteReceiveStream, max_bytes: int | None = None
+) -> AsyncIterator[bytes | LineTooLong]:
+    """Newline-terminated lines exactly as received (a last unterminated line too).
+
+    With ``max_bytes``, a line longer than that is never held whole: what was read of it
+    is dropped as it comes, and a :class:`LineTooLong` stands for it once its newline
+    (or the end) comes, so memory stays bounded whatever the peer sends.
+    """
     buf = bytearray()
     scanned = 0  # bytes of buf already known to hold no newline (long lines stay linear)
+    skipped = 0  # bytes dropped of a line over max_bytes (0: not in one)
     while True:
         try:
             data = await stream.receive(_CHUNK)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             break
+        if skipped:
+            i = data.find(b"\n")
+            if i < 0:
+                skipped += len(data)
+                continue
+            yield LineTooLong(skipped + i + 1)
+            skipped, data = 0, data[i + 1 :]
         buf += data
         start = 0
         while (i := buf.find(b"\n", max(start, scanned))) >= 0:
-            yield bytes(buf[start : i + 1])
+            if max_bytes is not None and i + 1 - start > max_bytes:
+                yield LineTooLong(i + 1 - start)
+            else:
+                yield bytes(buf[start : i + 1])
             start = i + 1
         if start:
             del buf[:start]
         scanned = len(buf)
-    if buf:
+        if max_bytes is not None and len(buf) > max_bytes:
+            skipped, scanned = len(buf), 0
+            buf.clear()
+    if skipped:
+        yield LineTooLong(skipped)
+    elif buf:
         yield bytes(buf)
 
 

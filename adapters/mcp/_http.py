@@ -35,7 +35,7 @@ from anyio.abc import SocketStream, TaskStatus
 
 from litmus_sandbox import ConfigError, Sandbox
 
-from ._downstream import CHUNK, MAX_BODY, REQUEST_ONLY, Downstream, forwardable, header
+from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
 from ._http_call import HttpToolCall
 from ._http_relay import HttpRelay
 from ._jsonrpc import (
@@ -57,6 +57,7 @@ class HttpProxy(HttpRelay):
         episodes, policy, root, case_id, agent, timeout, probes, replay, fsync: as for
             :class:`~litmus_sandbox.adapters.mcp.StdioProxy`.
         transport: an httpx transport for the upstream (tests, the egress oracle).
+        max_message_bytes: the largest request body a client may send (default 64 MiB).
 
     Raises:
         ConfigError: an upstream that is not an http(s) URL; a bad timeout.
@@ -132,7 +133,7 @@ class HttpProxy(HttpRelay):
         scope.cancel()
 
     async def _connection(self, stream: SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_BODY)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_message_bytes)
         async with stream:
             while True:
                 try:
@@ -177,7 +178,7 @@ class HttpProxy(HttpRelay):
                 request = event
             elif isinstance(event, h11.Data):
                 body += event.data
-                if len(body) > MAX_BODY:
+                if len(body) > self.max_message_bytes:
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None

@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 from litmus_sandbox import Cassette, ConfigError, Policy, Sandbox
 from litmus_sandbox.oracles._probe import Probe
 
-from ._downstream import header
+from ._downstream import MAX_BODY, header
 from ._episodes import EpisodeSlot
 from ._http_answer import Waiting, listing_result
 from ._jsonrpc import Message, cancelled_message, case_id_of, listing_request, protocol_version_of
@@ -69,6 +69,7 @@ class HttpSessions:
         replay: Sequence[PathLike] | Cassette | None = None,
         fsync: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_message_bytes: int = MAX_BODY,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -76,6 +77,8 @@ class HttpSessions:
         if timeout is not None and timeout <= 0:
             raise ConfigError("the timeout must be a positive number of seconds")
         self.upstream = upstream
+        #: The largest request body a client may send (a larger one drops the connection).
+        self.max_message_bytes = max_message_bytes
         self.episodes = os.fspath(episodes)
         #: Set once serving has ended and every episode is closed.
         self.stopped = anyio.Event()

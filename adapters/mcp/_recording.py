@@ -32,7 +32,6 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-import anyio
 import msgspec
 
 from litmus_sandbox import LitmusError, Shown, ToolCallStep, UpstreamError
@@ -77,8 +76,6 @@ class CallState:
         self.request = request
         self.stateless = stateless
         self.forwarded = False
-        #: Set when the request was sent upstream or the policy decided it never will be.
-        self.dispatched = anyio.Event()
         self.envelope_raw: bytes | None = None
         self.envelope: dict[str, Any] | None = None
         self.failure: str | None = None

@@ -2,39 +2,43 @@
 
 Theory of operation
 -------------------
-Two pumps run in one task group. The client pump reads newline-delimited JSON-RPC from
-the client and writes each line to the server's stdin exactly as received; the server
-pump does the same the other way. Everything passes through untouched (both handshake
-eras, notifications, progress, ping, resources, prompts, server-to-client requests and
-their answers) except ``tools/call``:
+Every decision is the relay core's (``_relay/``: one ``Relay`` per session, fed lines and
+the clock, returning actions); the session is its driver. Two pumps run in one task
+group: the client pump feeds the core each line the client writes, the server pump each
+line the server writes, and the session performs what the core returns. Everything
+passes through byte for byte (both handshake eras, notifications, progress, ping,
+resources, prompts, server-to-client requests and their answers) except ``tools/call``:
 
 * a plain real call (the tool's mode is ``real``, and no probe runs around calls:
-  ``EpisodeRecorder.begin_call``) is forwarded by the client pump itself, and finished
-  by whichever comes first: the server pump when the answer comes (it records the step,
-  then relays the server's bytes), a single deadline watcher for all calls, the client's
-  ``notifications/cancelled``, or the wind-down when the server dies. No task, event or
-  cancel scope per call: this is the relay's hot path;
-* the client pump hands any other well-formed ``tools/call`` to a call task that records it
-  through ``EpisodeRecorder.call_with`` and waits until the call is *dispatched* (sent
-  upstream, or answered by the policy without the server) before reading the next line,
-  so the server sees the client's messages in the client's order, and the probes have
-  looked at the world before the server starts working;
-* the server pump routes the response with that request's id to the waiting call
-  instead of the client; the call task then writes the step and sends the client the
-  reply the step records (see ``_recording.py``): the server's own bytes for a real call.
+  ``EpisodeRecorder.begin_call``) is forwarded by the client pump itself; whatever ends
+  it first (its answer, its deadline, the client's ``notifications/cancelled``, the
+  server's end) records its step, then the server's own bytes (or an error) go to the
+  client. No task, event or cancel scope per call: this is the relay's hot path;
+* any other well-formed ``tools/call`` runs in a task through
+  ``EpisodeRecorder.call_with``; the client pump waits until it is *dispatched* (sent
+  upstream, or answered by the policy without the server) before reading on, so the
+  server sees the client's messages in the client's order, and the probes have looked
+  at the world before the server starts working.
 
 When the server's stdout closes (it exited or crashed) every request still pending gets
 a JSON-RPC error, and if the client was still connected the episode ends ``aborted``
-with the reason. A call with no answer within the timeout gets an error too, the server
-is told ``notifications/cancelled``, a late answer is dropped, and the episode ends
-``aborted`` (a hung server is an infrastructure failure: the run should be repeated,
-not compared). When the client hangs up, the server's stdin is closed, as an MCP client
-would, and the server is given ``grace`` seconds to exit before it is terminated.
+with the reason. A request with no answer within the timeout gets an error too, the
+server is told ``notifications/cancelled``, a late answer is dropped, and the episode
+ends ``aborted`` (a hung server is an infrastructure failure: the run should be
+repeated, not compared). When the client hangs up, the server's stdin is closed, as an
+MCP client would, and the server is given ``grace`` seconds to exit before it is
+terminated; a client that hung up with nothing pending finished cleanly, and its
+episode ends ``complete`` whatever the server does after (a signal included).
 
-The session is built in layers, one module each: ``_stdio_base.py`` (the state every
-part shares, the writes to either side, the replies), ``_stdio_calls.py`` (the
-``tools/call`` paths and the deadline watcher) and ``_stdio_session.py`` (the pumps, the
-stop, the wind-down). This module spawns the server and runs one session with it.
+A session whose client only probed the server (``server/discover``, never a
+``tools/call`` nor a completed ``initialize``) records no episode. Lines longer than
+``max_message_bytes`` are never held whole; see ``_relay/_core.py`` for what else a
+hostile peer cannot do.
+
+The session is built in layers, one module each: ``_stdio_base.py`` (the pipes, the
+writes to either side, performing actions), ``_stdio_calls.py`` (the ``tools/call``
+paths) and ``_stdio_session.py`` (the pumps, the clock, the stop, the wind-down). This
+module spawns the server and runs one session with it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from litmus_sandbox.oracles._probe import Probe
 from litmus_sandbox.oracles.egress import EgressPolicy
 
 from ._fdstream import FdReceiveStream, FdSendStream, on_stdio
+from ._relay import DEFAULT_MAX_MESSAGE_BYTES
 from ._stdio_session import Session, stop_server
 
 PathLike = str | os.PathLike[str]
@@ -79,9 +84,12 @@ class StdioProxy:
         egress: an egress policy: the server's requests go through the sandbox's loopback
             proxy (its proxy variables; the server is long-lived, so never strict mode)
             and land on the step of the call in flight.
+        max_message_bytes: the longest line either side may send (default 64 MiB): a
+            client's longer line gets an error, a server's cuts it off; either way the
+            episode ends aborted.
 
     Raises:
-        ConfigError: an empty command.
+        ConfigError: an empty command, a bad timeout or size.
     """
 
     def __init__(
@@ -100,11 +108,15 @@ class StdioProxy:
         fsync: bool = False,
         grace: float = 5.0,
         egress: EgressPolicy | Mapping[str, Any] | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         if not command:
             raise ConfigError("no MCP server command given (put it after --)")
         if timeout is not None and timeout <= 0:
             raise ConfigError("the timeout must be a positive number of seconds")
+        if max_message_bytes < 1024:
+            raise ConfigError("the message size limit must be at least 1024 bytes")
+        self.max_message_bytes = max_message_bytes
         self.command = [os.fspath(c) for c in command]
         self.root = Path(root) if root is not None else Path.cwd()
         self.case_id = case_id
@@ -114,8 +126,10 @@ class StdioProxy:
         self.timeout = timeout
         self._session: Session | None = None
         self._stop_reason: str | None = None
-        #: Whether the last session recorded an episode (a client that sent nothing: no).
+        #: Whether the last session recorded an episode (a client that sent nothing, or
+        #: only probed the server: no), and whether its client sent anything.
         self.recorded = False
+        self.sent_anything = False
         self._sandbox_kw: dict[str, Any] = {
             "root": self.root,
             "episodes": episodes,
@@ -173,13 +187,16 @@ class StdioProxy:
                         return await session.run()
                     finally:
                         self.recorded = session.recorded
+                        self.sent_anything = session.sent_anything
+                        stopped = self._stop_reason is not None
                         self._session, self._stop_reason = None, None  # the next run is new
                         # However the session ended (a proxy failure, a signal), the server
                         # is not left running: nothing else would stop it, and leaving this
-                        # block waits for it to exit.
+                        # block waits for it to exit. After a signal, it is not waited for:
+                        # whoever sent the signal will not wait long either.
                         with anyio.CancelScope(shield=True):
                             await upstream_in.aclose()  # its stdin closes, as on shutdown
-                            await stop_server(process, self.grace)
+                            await stop_server(process, 0 if stopped else self.grace)
             finally:
                 await upstream_in.aclose()
                 await upstream_out.aclose()
@@ -191,7 +208,9 @@ class StdioProxy:
     def stop(self, reason: str = "the proxy was stopped") -> None:
         """End the session early (the CLI calls it on SIGINT or SIGTERM): the episode ends
         ``aborted`` with ``reason`` (an earlier reason, such as a hung call, stands), every
-        request still waiting gets a JSON-RPC error, and :meth:`run` returns 130."""
+        request still waiting gets a JSON-RPC error, and :meth:`run` returns 130. After
+        a clean finish (the client hung up with nothing pending) it only hurries the
+        server's end: the episode is complete, and :meth:`run` returns 0."""
         self._stop_reason = reason
         if self._session is not None:
             self._session.stop(reason)

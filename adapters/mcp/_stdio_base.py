@@ -1,35 +1,68 @@
-"""The stdio session's state, its two writers, and the replies it sends.
+"""The stdio driver's state, its writes to either side, and how it performs actions.
 
-Theory of operation: see ``_stdio.py``. A session is built in three layers, each in its
-own module: this one holds what every part shares (the pending requests and calls, the
-writes to the client and to the server, each serialized by a lock, and the replies the
-recorded steps decide); ``_stdio_calls.py`` adds the ``tools/call`` paths and the request
-deadlines; ``_stdio_session.py`` the pumps, the stop and the wind-down.
+Theory of operation: see ``_stdio.py``. Every decision is the relay core's
+(``_relay/``); a session is a thin driver in three layers, each in its own module: this
+one holds the pipes and performs the core's actions (``perform``: bytes written, facts
+noted, the episode told why it aborts); ``_stdio_calls.py`` runs the calls the core
+starts and finishes; ``_stdio_session.py`` has the pumps, the clock, the stop and the
+wind-down.
+
+Writes never re-encode. To the server, a line goes at once when the pipe takes it (no
+trip through the loop: the relay's hot path), else it is queued and a flusher writes it,
+so a server that stops reading never blocks the client's pump (past
+``max_message_bytes`` queued, the pump waits: memory stays bounded). To the client,
+under a lock; a client that reads nothing for ``timeout`` seconds while an answer waits
+is recorded as such (the episode aborts saying so) and gets nothing more.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import sys
-from collections import deque
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
 
-from litmus_sandbox import OpenCall, Sandbox, ToolCallStep
-from litmus_sandbox._runtime.open_call import Finalize
+from litmus_sandbox import Sandbox
 
 from ._episodes import EpisodeSlot
 from ._fdstream import FdSendStream
-from ._jsonrpc import CONNECTION_CLOSED, cancelled_message, error_message, id_key, no_answer
-from ._recording import CallState, UpstreamGone
+from ._recording import UpstreamGone
+from ._relay import (
+    Abort,
+    Action,
+    CutOff,
+    FinishCall,
+    KeepAnswer,
+    Note,
+    Offer,
+    Relay,
+    StartCall,
+    ToClient,
+    ToServer,
+)
+from ._relay._states import Pending
+
+
+class ProxySettings(Protocol):
+    """What a session reads of its ``StdioProxy``."""
+
+    @property
+    def command(self) -> list[str]: ...
+    @property
+    def case_id(self) -> str | None: ...
+    @property
+    def agent(self) -> str | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def grace(self) -> float: ...
+    @property
+    def max_message_bytes(self) -> int: ...
 
 
 class Waiter:
-    """The response to one forwarded ``tools/call``, or why it will never come."""
+    """The server's answer to a request a task waits for, or why it will never come."""
 
     def __init__(self) -> None:
         self.event = anyio.Event()
@@ -52,64 +85,8 @@ class Waiter:
         return self.raw, self.body
 
 
-class InlineCall:
-    """A plain real call run inline by the session (see ``CallSession._start_inline``)."""
-
-    def __init__(
-        self,
-        session: SessionBase,
-        key: tuple[str, Any],
-        state: CallState,
-        call: OpenCall,
-        token: Any,
-    ) -> None:
-        self.session = session
-        self.key = key
-        self.state = state
-        self.call = call
-        self.token = token
-        self.deadline: float | None = None
-
-    def _finalize(self, step: ToolCallStep) -> ToolCallStep:
-        return self.state.finalize(step, cap=self.session.max_result_bytes)
-
-    def record(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
-        """Record the step with ``finish`` (an ``OpenCall`` method)."""
-        finish(self._finalize)
-        if self.token is not None:
-            self.session.forget_progress(self.token)
-
-    async def end(self, finish: Callable[[Finalize], ToolCallStep]) -> None:
-        """Record the step with ``finish``, then send the reply it decided."""
-        self.record(finish)
-        await self.session.reply(self.call.tool, self.state)
-
-    async def answered(self, raw: bytes, body: dict[str, Any]) -> None:
-        try:
-            shown = self.state.answered(raw, body)
-        except Exception as exc:  # a JSON-RPC error: recorded as the runner's would be
-            await self.end(functools.partial(self.call.failed, exc))
-        else:
-            await self.end(functools.partial(self.call.done, shown))
-
-
-class ProxySettings(Protocol):
-    """What a session reads of its ``StdioProxy``."""
-
-    @property
-    def command(self) -> list[str]: ...
-    @property
-    def case_id(self) -> str | None: ...
-    @property
-    def agent(self) -> str | None: ...
-    @property
-    def timeout(self) -> float | None: ...
-    @property
-    def grace(self) -> float: ...
-
-
 class SessionBase:
-    """A stdio session's state, shared by its layers, and its writes to either side."""
+    """A stdio session's pipes and core, and the performing of the core's actions."""
 
     _slot: EpisodeSlot
     _tg: TaskGroup
@@ -119,7 +96,7 @@ class SessionBase:
         proxy: ProxySettings,
         sandbox: Sandbox,
         process: Process,
-        upstream: tuple[ByteSendStream, ByteReceiveStream],
+        upstream: tuple[FdSendStream, ByteReceiveStream],
         client_in: ByteReceiveStream,
         client_out: ByteSendStream,
     ) -> None:
@@ -129,112 +106,127 @@ class SessionBase:
         self._upstream_in, self._upstream_out = upstream
         self._client_in = client_in
         self._client_out = client_out
+        self._core = Relay(
+            timeout=proxy.timeout,
+            max_message_bytes=proxy.max_message_bytes,
+            max_answer_bytes=sandbox.max_result_bytes,
+        )
         # fast_acquire: an uncontended lock must not yield to the loop (latency per call).
         self._to_client_lock = anyio.Lock(fast_acquire=True)
-        self._to_upstream_lock = anyio.Lock(fast_acquire=True)
-        #: Lines _to_upstream_now queued while another write held the lock.
-        self._queued: deque[bytes] = deque()
-        self._waiters: dict[tuple[str, Any], Waiter] = {}
-        #: Forwarded requests other than tools/call that await an answer (key -> id).
-        self._requests: dict[tuple[str, Any], Any] = {}
-        #: Their deadlines (the proxy's timeout) and methods.
-        self._request_deadlines: dict[tuple[str, Any], tuple[float, str]] = {}
-        self._calls: dict[tuple[str, Any], tuple[CallState, anyio.CancelScope]] = {}
-        #: tools/call requests read but not yet in flight (key -> id).
-        self._starting: dict[tuple[str, Any], Any] = {}
-        #: Plain real calls in flight, run inline (no task of their own): see _start_inline.
-        self._inline: dict[tuple[str, Any], InlineCall] = {}
+        self._flush_lock = anyio.Lock(fast_acquire=True)
+        self._flush_wake = anyio.Event()
+        #: The server's stdin is closed: what is written to it is lost (its pump sees why).
+        self._upstream_broken = False
+        self._client_broken = False
+        #: Why the server was cut off (it broke a limit), if it was.
+        self._cut_off: str | None = None
         self._deadlines = anyio.CancelScope()  # replaced by the deadline watcher's
-        self._progress: dict[tuple[str, Any], CallState] = {}
-        self._unforwarded: set[tuple[str, Any]] = set()
-        self._abandoned: set[tuple[str, Any]] = set()
-        #: initialize / server/discover / tools/list requests awaiting the server's answer
-        #: (key -> method): the answers go in the header, for server-less replay.
-        self._handshake: dict[tuple[str, Any], str] = {}
-        self._answers: dict[str, Any] = {}
-        #: tools/list requests awaiting their answer, and the output schemas learnt from them.
-        self._listing: set[tuple[str, Any]] = set()
-        self._schemas: dict[str, dict[str, Any]] = {}
-        #: Whether the tools were listed (by the client, or by the proxy for itself).
-        self._listed = False
-        self._idle = anyio.Event()
-        self._idle.set()
-        self._stdout_eof = anyio.Event()
-        self._server_gone = anyio.Event()
-        self._gone_reason = "the MCP server exited"
-        self._client_gone = False
-        self._slot_made = False
-        self._stop_scope = anyio.CancelScope()
-        self._stopped: str | None = None
-        self._pending_at_stop: list[Any] = []
 
-    @property
-    def max_result_bytes(self) -> int:
-        return self._sandbox.max_result_bytes
+    async def perform(self, actions: list[Action]) -> None:
+        """Carry out the core's actions, in order."""
+        for action in actions:
+            kind = type(action)
+            if kind is ToClient:
+                await self._to_client(action.data)  # type: ignore[union-attr]
+            elif kind is ToServer:
+                await self._to_server(action.data)  # type: ignore[union-attr]
+            elif kind is FinishCall:
+                assert isinstance(action, FinishCall)
+                await self._finish(action)
+            elif kind is StartCall:
+                assert isinstance(action, StartCall)
+                await self._start(action.pending)
+            elif kind is Abort:
+                assert isinstance(action, Abort)
+                self._slot.abort(action.reason)
+                if action.say:
+                    print(f"litmus-sandbox: {action.reason}", file=sys.stderr)
+            elif kind is Offer:
+                assert isinstance(action, Offer)
+                if not self._slot.opened:
+                    self._slot.offer_case_id(action.case_id, action.method, touch=False)
+                    if action.version is not None:
+                        self._slot.note("protocol_version", action.version)
+            elif kind is KeepAnswer:
+                assert isinstance(action, KeepAnswer)
+                await self._keep_answers(action.answers)
+            elif kind is Note:
+                assert isinstance(action, Note)
+                self._slot.end_note(action.key, action.value)
+            elif kind is CutOff:
+                assert isinstance(action, CutOff)
+                self._cut_off = action.reason
+                if self._process.returncode is None:
+                    self._process.terminate()
+        if self._core.next_deadline < self._deadlines.deadline:
+            self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
 
-    def forget_progress(self, token: Any) -> None:
-        self._progress.pop(id_key(token), None)
+    async def _start(self, pending: Pending) -> None:
+        raise NotImplementedError  # _stdio_calls.py
 
-    async def reply(self, tool: str, state: CallState) -> None:
-        """Send the client the reply the recorded step decided (see ``CallState``)."""
-        if state.timed_out:
-            reason = no_answer(f"tools/call {tool!r}")
-            await self._gave_up(state.request_id, reason)
-        if state.reply_kind == "relay" and state.envelope_raw is not None:
-            await self._to_client(state.envelope_raw)
-        elif state.reply_kind in ("result", "error"):
-            await self._to_client(state.reply + b"\n")
+    async def _finish(self, action: FinishCall) -> None:
+        raise NotImplementedError  # _stdio_calls.py
 
-    async def _gave_up(self, request_id: Any, reason: str, *, tell_server: bool = True) -> None:
-        """A request the server left unanswered: the episode ends aborted with ``reason``
-        (a hung server spoils the run), and the server is told ``notifications/cancelled``."""
-        self._slot.abort(reason)
-        print(f"litmus-sandbox: {reason}", file=sys.stderr)
-        if tell_server and not self._server_gone.is_set():
-            # Best effort, and bounded: a server that stopped reading must not hold up the
-            # caller (the deadline watcher serves every call); what is unsent stays queued.
-            with anyio.move_on_after(1), contextlib.suppress(UpstreamGone):
-                await self._to_upstream(cancelled_message(request_id, reason) + b"\n")
-
-    async def _refuse(self, request_id: Any, reason: str | None = None) -> None:
-        """Answer a request the server will never answer (gone, or the proxy stopping)."""
-        text = f"litmus-sandbox: {reason or self._gone_reason}"
-        await self._to_client(error_message(request_id, CONNECTION_CLOSED, text) + b"\n")
+    async def _keep_answers(self, answers: dict[str, Any]) -> None:
+        """Keep the server's first answers for server-less replay: in the header's
+        ``meta["mcp"]["server_answers"]``, or in the end record's when the episode opened
+        first (a client that pipelines its first requests)."""
+        if not self._slot.opened:
+            self._slot.note("server_answers", answers)
+        else:
+            ep = await self._slot.recorder()
+            ep.end_meta.setdefault("mcp", {})["server_answers"] = answers
 
     async def _to_client(self, data: bytes) -> None:
+        if self._client_broken:
+            return
+        out = self._client_out
         try:
+            if isinstance(out, FdSendStream) and not self._to_client_lock.locked():
+                if out.send_nowait(data):
+                    return  # the pipe took it: no trip through the loop
+                async with self._to_client_lock:
+                    await self._flush_client(out)
+                return
             async with self._to_client_lock:
-                await self._client_out.send(data)
+                await out.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._client_gone = True  # keep draining the server so it never blocks
+            self._client_broken = True  # keep draining the server so it never blocks
 
-    def _to_upstream_now(self, data: bytes) -> bool:
-        """Write ``data`` to the server without waiting, if it can go at once whole; False
-        when it must be waited for (then ``await _to_upstream(b"")`` finishes it).
+    async def _flush_client(self, out: FdSendStream) -> None:
+        limit = self._proxy.timeout
+        with anyio.move_on_after(limit if limit is not None else 60) as scope:
+            await out.flush()
+        if scope.cancelled_caught:
+            why = f"the client stopped reading ({out.pending_bytes} bytes unsent)"
+            self._core.engaged = True
+            self._slot.abort(why)
+            self._slot.end_note("client_stopped_reading", out.pending_bytes)
+            print(f"litmus-sandbox: {why}", file=sys.stderr)
+            self._client_broken = True
 
-        Raises: UpstreamGone: the server's stdin is closed.
-        """
-        if (
-            self._queued
-            or self._to_upstream_lock.locked()
-            or not isinstance(self._upstream_in, FdSendStream)
-        ):
-            self._queued.append(data)  # behind what waits already: the server's order stands
-            return False
+    async def _to_server(self, data: bytes) -> None:
+        if self._upstream_broken:
+            return
+        up = self._upstream_in
         try:
-            return self._upstream_in.send_nowait(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise UpstreamGone("the MCP server is gone (its stdin is closed)") from exc
+            if up.send_nowait(data):
+                return
+            self._flush_wake.set()
+            if up.pending_bytes > self._core.max_message_bytes:
+                async with self._flush_lock:  # too much queued: wait for the server
+                    await up.flush()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._upstream_broken = True
 
-    async def _to_upstream(self, data: bytes) -> None:
-        """Raises: UpstreamGone: the server's stdin is closed."""
-        try:
-            async with self._to_upstream_lock:
-                while self._queued:  # what _to_upstream_now could not write, in order
-                    await self._upstream_in.send(self._queued.popleft())
-                if data:
-                    await self._upstream_in.send(data)
-                elif isinstance(self._upstream_in, FdSendStream):
+    async def _flush_upstream(self) -> None:
+        """Write what the server's pipe could not take at once, in order."""
+        while True:
+            await self._flush_wake.wait()
+            self._flush_wake = anyio.Event()
+            try:
+                async with self._flush_lock:
                     await self._upstream_in.flush()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise UpstreamGone("the MCP server is gone (its stdin is closed)") from exc
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._upstream_broken = True
+                return

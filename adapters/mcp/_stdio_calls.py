@@ -1,238 +1,199 @@
-"""The stdio session's ``tools/call`` paths, and the deadlines of what it forwards.
+"""The stdio driver's ``tools/call`` paths: inline, or in a task; and the schemas.
 
-Theory of operation: see ``_stdio.py``. A plain real call runs inline, with no task of
-its own (``_start_inline``); any other call runs in a task that records it through
-``EpisodeRecorder.call_with`` (``_run_call``), the client pump waiting until it is
-dispatched. One watcher keeps every inline call's and forwarded request's deadline
-(``_watch_deadlines``); a call in a task keeps its own timer.
+Theory of operation: see ``_stdio.py``. The core starts a call (``StartCall``); the
+recorder says how it runs. A plain real call (``EpisodeRecorder.begin_call``) runs
+inline, with no task of its own: it is forwarded at once and the core keeps its deadline;
+whatever ends it (the answer, the deadline, a cancel, the server's end) comes back as a
+``FinishCall``, and the step is recorded there, then the reply the core gives is sent.
+Any other call runs in a task through ``EpisodeRecorder.call_with`` (its own timer), the
+client's pump waiting until it is dispatched (sent upstream, or answered by the policy):
+the server sees the client's messages in the client's order.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import anyio
 
 from litmus_sandbox import OpenCall
 
-from ._jsonrpc import (
-    PROTOCOL_VERSION_META_KEY,
-    REQUEST_TIMEOUT,
-    Message,
-    error_message,
-    id_key,
-    listing_request,
-    no_answer,
-    progress_token_of,
-)
-from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone
+from ._jsonrpc import listing_request, parse
+from ._recording import ANSWERED_BY_THE_PROXY, UpstreamGone
+from ._relay import FinishCall
+from ._relay._states import Pending
 from ._schema import listed_schemas
-from ._stdio_base import InlineCall, SessionBase, Waiter
+from ._stdio_base import SessionBase, Waiter
+
+
+class TaskCall:
+    """A call run in a task: how the core's ``FinishCall`` reaches it."""
+
+    def __init__(self) -> None:
+        self.waiter = Waiter()
+        self.scope = anyio.CancelScope()
+        #: Set once sent upstream, or once the policy answered without the server.
+        self.dispatched = anyio.Event()
 
 
 class CallSession(SessionBase):
-    """A stdio session's ``tools/call`` dispatch and its deadlines."""
+    """A stdio session's ``tools/call`` dispatch."""
 
-    async def _start_call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
-        key = id_key(msg.id)
-        if key in self._calls or key in self._inline or key in self._starting:
-            text = "litmus-sandbox: a request with this id is already in flight"
-            await self._to_client(error_message(msg.id, -32600, text) + b"\n")
-            return
-        # Until it is in flight (the first call opens the episode; the tools may be listed
-        # first), a stop still finds it and answers it.
-        self._starting[key] = msg.id
-        try:
-            await self._dispatch_call(key, line, msg, tool, args)
-        finally:
-            self._starting.pop(key, None)
+    _tasks = 0
+    _idle: anyio.Event
 
-    async def _dispatch_call(
-        self, key: tuple[str, Any], line: bytes, msg: Message, tool: str, args: dict[str, Any]
-    ) -> None:
-        state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
-        state.output_schema = self._schemas.get(tool)
-        token = progress_token_of(msg)
-        if token is not None:
-            self._progress[id_key(token)] = state
-        if not self._server_gone.is_set():
+    async def _start(self, pending: Pending) -> None:
+        core = self._core
+        if not core.server_gone:
             ep = await self._slot.recorder()  # the first call opens the episode: it may wait
-            if not self._server_gone.is_set() and (call := ep.begin_call(tool, args)):
-                await self._start_inline(key, state, call, token)
+            if not core.server_gone and (call := ep.begin_call(pending.tool, pending.args)):
+                pending.inline, pending.handle = True, call
+                forward = core.forward(pending, anyio.current_time(), call.limit)
+                if forward is not None:
+                    await self.perform(forward)
+                if forward is None or self._upstream_broken:
+                    await self._unforwarded(pending)
                 return
+        state = pending.call
+        assert state is not None
         if (
             state.output_schema is None
-            and not self._listed
-            and self._sandbox.policy.for_tool(tool).mode in ANSWERED_BY_THE_PROXY
+            and not core.listed
+            and self._sandbox.policy.for_tool(pending.tool).mode in ANSWERED_BY_THE_PROXY
         ):
-            await self._learn_schemas(msg)
-            state.output_schema = self._schemas.get(tool)
-        scope = anyio.CancelScope()
-        self._calls[key] = (state, scope)
+            await self._learn_schemas(pending)
+            state.output_schema = core.schemas.get(pending.tool)
+        task = pending.handle = TaskCall()
+        self._tasks += 1
         if self._idle.is_set():
             self._idle = anyio.Event()
-        self._tg.start_soon(self._run_call, key, state, scope, tool, args, token)
+        self._tg.start_soon(self._run_call, pending, task)
         # Read on only once the call is dispatched: the server sees the client's order.
-        await state.dispatched.wait()
+        await task.dispatched.wait()
 
-    async def _learn_schemas(self, like: Message) -> None:
-        """Ask the server for its tools (once) before the proxy answers a call itself.
+    async def _unforwarded(self, pending: Pending) -> None:
+        assert pending.call is not None
+        reason = self._core.gone_reason
+        if self._upstream_broken:
+            reason = "the MCP server is gone (its stdin is closed)"
+        pending.call.forwarded = False
+        await self._finish(FinishCall(pending, "failed", reason=reason))
 
-        A client validates a result against the tool's declared output schema, and may
-        list the tools only after its first call (the official SDK does): a stand-in
-        result must carry structured content that fits, so the proxy learns the schemas
-        first. The answers are the proxy's own and never reach the client.
-        """
-        self._listed = True
-        if self._server_gone.is_set():
+    async def _finish(self, action: FinishCall) -> None:
+        pending, how = action.pending, action.how
+        if pending.kind == "call" and pending.inline:
+            await self._record_inline(pending, action)
             return
+        handle = pending.handle
+        if isinstance(handle, TaskCall):
+            if how == "interrupted":
+                handle.scope.cancel()  # recorded interrupted by call_with
+                return
+            handle = handle.waiter
+        if isinstance(handle, Waiter):
+            if how == "answered":
+                assert action.body is not None
+                handle.set(action.raw, action.body)
+            else:
+                handle.fail(action.reason or self._core.gone_reason)
 
-        async def fetch(rid: str, cursor: Any) -> Any:
-            waiter = self._waiters[id_key(rid)] = Waiter()
+    async def _record_inline(self, pending: Pending, action: FinishCall) -> None:
+        """Record an inline call's step as ``action`` says it ended, then reply."""
+        call: OpenCall = pending.handle
+        state = pending.call
+        assert state is not None
+        finalize = functools.partial(state.finalize, cap=self._sandbox.max_result_bytes)
+        how = action.how
+        if how == "answered":
+            assert action.body is not None
             try:
-                await self._to_upstream(listing_request(rid, cursor, like) + b"\n")
-                _, body = await waiter.wait()
-            except UpstreamGone:
-                return None
-            finally:
-                if self._waiters.pop(id_key(rid), None) is not None:
-                    self._abandoned.add(id_key(rid))  # gave up: a late answer is ours to drop
-            return body.get("result")
+                shown = state.answered(action.raw, action.body)
+            except Exception as exc:  # a JSON-RPC error: recorded as a runner's would be
+                call.failed(exc, finalize)
+            else:
+                call.done(shown, finalize)
+        elif how == "failed":
+            state.failure = state.failure or action.reason
+            call.failed(UpstreamGone(action.reason), finalize)
+        elif how == "timed_out":
+            call.timed_out(finalize)
+        else:
+            call.interrupted(finalize)
+        await self.perform(self._core.recorded(pending))
 
-        with anyio.move_on_after(self._proxy.timeout or 30):
-            self._schemas.update(await listed_schemas(fetch))
-
-    async def _start_inline(
-        self, key: tuple[str, Any], state: CallState, call: OpenCall, token: Any
-    ) -> None:
-        """Forward a plain real call with no task of its own (the relay's hot path).
-
-        The server pump finishes it when the answer comes (``_pump_server``), the deadline
-        watcher when it takes too long, the client pump when the client cancels it, the
-        wind-down when the server dies: whichever comes first records the step and
-        replies, exactly as ``_run_call`` does for the same outcome.
-        """
-        inline = InlineCall(self, key, state, call, token)
-        # In flight, with its deadline, before the request is written: a server that does
-        # not read its stdin cannot hold the call (or this pump) past the call's limit.
-        self._inline[key] = inline
-        if call.limit is not None:
-            inline.deadline = self._deadline_in(call.limit)
-        state.forwarded = True
-        try:
-            if not self._to_upstream_now(state.request):
-                # The pipe is full (or another write is under way): wait, within the
-                # call's limit; a write cut short keeps its rest for the next one.
-                with anyio.move_on_after(math.inf if call.limit is None else call.limit):
-                    await self._to_upstream(b"")
-        except UpstreamGone as exc:
-            state.forwarded = False
-            self._unforwarded.add(key)
-            state.failure = str(exc)
-            if self._inline.pop(key, None) is not None:
-                await inline.end(functools.partial(call.failed, exc))
-
-    def _deadline_in(self, seconds: float) -> float:
-        """A deadline ``seconds`` from now, which the deadline watcher will keep."""
-        deadline = anyio.current_time() + seconds
-        if deadline < self._deadlines.deadline:
-            self._deadlines.deadline = deadline  # wake the watcher earlier
-        return deadline
-
-    async def _watch_deadlines(self) -> None:
-        """Time out inline calls and other forwarded requests: one timer for all, set to
-        the earliest deadline. (A call in a task of its own keeps its own timer.)"""
-        while True:
-            with anyio.CancelScope() as self._deadlines:
-                pending = [c.deadline for c in self._inline.values() if c.deadline is not None]
-                pending += [d for d, _ in self._request_deadlines.values()]
-                self._deadlines.deadline = min(pending, default=math.inf)
-                await anyio.sleep_forever()
-            now = anyio.current_time()
-            late = [
-                c for c in self._inline.values() if c.deadline is not None and c.deadline <= now
-            ]
-            for inline in late:
-                if self._inline.pop(inline.key, None) is None:
-                    continue  # answered or cancelled while an earlier one was replied to
-                self._abandoned.add(inline.key)  # a late answer must not reach the client
-                await inline.end(inline.call.timed_out)
-            overdue = [k for k, (d, _) in self._request_deadlines.items() if d <= now]
-            for key in overdue:
-                if (entry := self._request_deadlines.pop(key, None)) is not None:
-                    await self._request_timed_out(key, entry[1])
-
-    async def _request_timed_out(self, key: tuple[str, Any], method: str) -> None:
-        """A forwarded request the server left unanswered: the client gets an error (the
-        proxy never hangs it), a late answer is dropped, the episode ends aborted."""
-        request_id = self._requests.pop(key, None)
-        if request_id is None:
-            return
-        self._abandoned.add(key)
-        self._listing.discard(key)
-        self._handshake.pop(key, None)
-        reason = no_answer(method, self._proxy.timeout)
-        text = f"litmus-sandbox: {reason}"
-        await self._to_client(error_message(request_id, REQUEST_TIMEOUT, text) + b"\n")
-        # initialize cannot be cancelled (the protocol says so).
-        await self._gave_up(request_id, reason, tell_server=method != "initialize")
-
-    async def _run_call(
-        self,
-        key: tuple[str, Any],
-        state: CallState,
-        scope: anyio.CancelScope,
-        tool: str,
-        args: dict[str, Any],
-        token: Any,
-    ) -> None:
+    async def _run_call(self, pending: Pending, task: TaskCall) -> None:
+        state = pending.call
+        assert state is not None
         try:
             try:
-                with scope:
+                with task.scope:
                     ep = await self._slot.recorder()
                     await ep.call_with(
-                        lambda _t, _a: self._forward(key, state),
-                        tool,
-                        args,
+                        lambda _t, _a: self._forward(pending, task),
+                        pending.tool,
+                        pending.args,
                         finalize=functools.partial(
                             state.finalize, cap=ep.sandbox.max_result_bytes, whole=ep.whole_shown
                         ),
                     )
             finally:
-                state.dispatched.set()
-                del self._calls[key]
-                if token is not None:
-                    self._progress.pop(id_key(token), None)
-                if not state.forwarded:
-                    self._unforwarded.add(key)
-            await self.reply(tool, state)
+                task.dispatched.set()
+            await self.perform(self._core.recorded(pending))
         finally:
-            if not self._calls:
+            self._tasks -= 1
+            if not self._tasks:
                 self._idle.set()  # the session may wind down: every answer has been sent
 
-    async def _forward(self, key: tuple[str, Any], state: CallState) -> Any:
-        """The runner: send the original request upstream and await its response."""
-        if self._server_gone.is_set():
-            state.dispatched.set()
-            raise UpstreamGone(self._gone_reason)
-        waiter = self._waiters[key] = Waiter()
+    async def _forward(self, pending: Pending, task: TaskCall) -> Any:
+        """The runner: send the original request upstream and await its answer."""
+        state = pending.call
+        assert state is not None
+        forward = self._core.forward(pending, anyio.current_time())
         try:
-            try:
-                await self._to_upstream(state.request)
-            finally:
-                state.dispatched.set()
-            state.forwarded = True
-            raw, body = await waiter.wait()
-        except anyio.get_cancelled_exc_class():
-            # Timed out or cancelled by the client: a late answer must not reach the
-            # client (it already has an error, or expects nothing).
-            self._abandoned.add(key)
-            raise
+            if forward is None:
+                raise UpstreamGone(self._core.gone_reason)
+            await self.perform(forward)
+        finally:
+            task.dispatched.set()
+        try:
+            if self._upstream_broken:
+                state.forwarded = False
+                raise UpstreamGone("the MCP server is gone (its stdin is closed)")
+            raw, body = await task.waiter.wait()
         except UpstreamGone as exc:
             state.failure = str(exc)
             raise
-        finally:
-            self._waiters.pop(key, None)
         return state.answered(raw, body)
+
+    async def _learn_schemas(self, pending: Pending) -> None:
+        """Ask the server for its tools (once) before the proxy answers a call itself.
+
+        A client validates a result against the tool's declared output schema, and may
+        list the tools only after its first call (the official SDK does): a stand-in
+        result must carry structured content that fits, so the proxy learns the schemas
+        first, speaking as the call does (its envelope). The answers are the proxy's
+        own and never reach the client.
+        """
+        core = self._core
+        core.listed = True
+        assert pending.call is not None
+        like = parse(pending.call.request)
+
+        async def fetch(rid: str, cursor: Any) -> Any:
+            made = core.own_request(rid, listing_request(rid, cursor, like) + b"\n")
+            if made is None:
+                return None
+            own, actions = made
+            waiter = own.handle = Waiter()
+            try:
+                await self.perform(actions)
+                _, body = await waiter.wait()
+            except UpstreamGone:
+                return None
+            finally:
+                core.give_up(own)  # a late answer is the proxy's to drop
+            return body.get("result")
+
+        with anyio.move_on_after(self._proxy.timeout or 30):
+            core.schemas.update(await listed_schemas(fetch))

@@ -37,7 +37,7 @@ from ._actions import (
     ToServer as ToServer,
 )
 from ._core import Relay as Relay
-from ._core import valid_id as valid_id
+from ._guard import valid_id as valid_id
 from ._limits import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from ._limits import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from ._states import Pending as Pending

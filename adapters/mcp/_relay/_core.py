@@ -36,12 +36,8 @@ a stop after that cuts nothing short and does not abort the episode.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from typing import Any
-
-import msgspec
 
 from .._jsonrpc import (
     CONNECTION_CLOSED,
@@ -52,7 +48,6 @@ from .._jsonrpc import (
     cancelled_message,
     cancelled_request_of,
     case_id_of,
-    error_message,
     id_key,
     no_answer,
     parse,
@@ -68,34 +63,21 @@ from ._actions import (
     CutOff,
     FinishCall,
     KeepAnswer,
-    Note,
     Offer,
     StartCall,
     ToClient,
     ToServer,
 )
+from ._guard import INVALID_PARAMS, INVALID_REQUEST, Guard, valid_id
 from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, too_deep
 from ._states import Event, Key, Pending, State, advance
 
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-#: Refusals kept in the end record (the rest are counted).
-MAX_REFUSED = 100
 #: Calls the server never saw, remembered so that the client's cancel of one is not
 #: relayed (the oldest are forgotten first).
 _MAX_UNFORWARDED = 4096
 
-_decode = msgspec.json.Decoder()
-_encode = msgspec.json.Encoder()
 
-
-def valid_id(request_id: Any) -> bool:
-    """Whether JSON-RPC allows ``request_id`` on a request (a string or a number)."""
-    return isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
-
-
-class Relay:
+class Relay(Guard):
     """One MCP session's relay decisions (see the module's theory of operation).
 
     Args:
@@ -174,17 +156,6 @@ class Relay:
             return self._other_from_client(line)
         return self._up(line)
 
-    def client_too_long(self, size: int) -> list[Action]:
-        """The client sent a line over ``max_message_bytes`` (``size`` bytes were read
-        of it, and dropped)."""
-        self.sent_anything = True
-        why = f"a message over {self.max_message_bytes} bytes"
-        record = {"request_id": None, "reason": why, "bytes": size}
-        return [
-            *self._refused_record(record, None, INVALID_REQUEST, why),
-            Abort(f"the client sent {why}"),
-        ]
-
     def client_closed(self, now: float) -> list[Action]:
         """The client closed its input. With nothing pending, it finished cleanly."""
         del now
@@ -193,9 +164,6 @@ class Relay:
             p.kind != "own" and p.state is not State.ABANDONED for p in self.pending.values()
         )
         return []
-
-    def _up(self, line: bytes) -> list[Action]:
-        return [] if self.server_gone else [ToServer(line)]
 
     def _offer(self, msg: Message) -> list[Action]:
         if not self._offering:
@@ -277,60 +245,6 @@ class Relay:
             actions += self._up(line)
         return actions
 
-    def _other_from_client(self, line: bytes) -> list[Action]:
-        """Not one JSON-RPC message: a batch, junk, a line that cannot be decoded."""
-        text = line.strip()
-        if text.startswith(b"["):
-            try:
-                batch = _decode.decode(line)
-            except (msgspec.DecodeError, RecursionError):
-                batch = None
-            if isinstance(batch, list):
-                calls = [
-                    m for m in batch if isinstance(m, dict) and m.get("method") == "tools/call"
-                ]
-                if not calls:
-                    return self._up(line)  # batches left MCP in 2025-06-18; relayed as they are
-                ids = [m.get("id") for m in batch if isinstance(m, dict) and valid_id(m.get("id"))]
-                why = "a tools/call inside a JSON-RPC batch cannot be recorded"
-                return self._refuse(line, ids or None, INVALID_REQUEST, why)
-        if b"tools/call" in line:
-            # A lenient server might still read a tool call out of it: it never gets it.
-            why = "a message naming tools/call that is not valid JSON cannot be recorded"
-            return self._refuse(line, None, -32700, why)
-        return self._up(line)
-
-    def _refuse(
-        self, line: bytes, rid: Any, code: int, why: str, *, answer: bool = True
-    ) -> list[Action]:
-        raw = line.rstrip(b"\r\n")
-        record = {
-            "request_id": rid,
-            "reason": why,
-            "bytes": len(raw),
-            "sha256": hashlib.sha256(raw).hexdigest(),
-        }
-        return self._refused_record(record, rid, code, why, answer=answer)
-
-    def _refused_record(
-        self, record: dict[str, Any], rid: Any, code: int, why: str, *, answer: bool = True
-    ) -> list[Action]:
-        self.engaged = True
-        if len(self._refused) < MAX_REFUSED:
-            self._refused.append(record)
-        else:
-            self._refused_more += 1
-        actions: list[Action] = [Note("refused", list(self._refused))]
-        if self._refused_more:
-            actions.append(Note("refused_more", self._refused_more))
-        if answer:
-            if isinstance(rid, list):  # a batch: one error per request in it
-                errors = [_decode.decode(self._error(i, code, why).data) for i in rid]
-                actions.append(ToClient(_encode.encode(errors) + b"\n"))
-            else:
-                actions.append(self._error(rid, code, why))
-        return actions
-
     # -- the server -------------------------------------------------------------------
 
     def from_server(self, line: bytes, now: float) -> list[Action]:
@@ -361,11 +275,6 @@ class Relay:
         elif kind == "other":
             return self._other_from_server(line)
         return [ToClient(line)]
-
-    def server_too_long(self, size: int) -> list[Action]:
-        """The server wrote a line over ``max_message_bytes``: it is cut off."""
-        why = f"the MCP server sent a message over {self.max_message_bytes} bytes"
-        return [CutOff(why), Abort(f"{why} ({size} read): cut off")]
 
     def _answer(self, line: bytes, msg: Message) -> list[Action]:
         pending = self.pending.get(id_key(msg.id)) if valid_id(msg.id) else None
@@ -406,51 +315,6 @@ class Relay:
             actions.append(KeepAnswer(dict(self.answers)))
         actions.append(ToClient(line))
         return actions
-
-    def _other_from_server(self, line: bytes) -> list[Action]:
-        try:
-            _decode.decode(line)
-        except (msgspec.DecodeError, RecursionError):
-            pass
-        else:
-            return [ToClient(line)]  # JSON (a batch...): a whole message, the client's to read
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
-            pending = self._pending_of_undecodable(line)
-            if pending is not None:
-                return self._undecodable_answer(pending)
-            return self._drop("invalid_utf8")
-        return self._drop("not_json")
-
-    def _pending_of_undecodable(self, line: bytes) -> Pending | None:
-        try:
-            loose = json.loads(line.decode("utf-8", "replace"))
-        except (ValueError, RecursionError):
-            return None
-        rid = loose.get("id") if isinstance(loose, dict) else None
-        pending = self.pending.get(id_key(rid)) if valid_id(rid) else None
-        if pending is None or pending.state is not State.AT_SERVER:
-            return None
-        return pending
-
-    def _undecodable_answer(self, pending: Pending) -> list[Action]:
-        why = "the MCP server answered in invalid UTF-8"
-        if pending.kind == "call":
-            assert pending.call is not None
-            advance(pending, Event.ANSWER)
-            pending.call.failure = why
-            pending.call.extra_meta["invalid_utf8"] = True
-            return [FinishCall(pending, "failed", reason=why)]
-        advance(pending, Event.END)
-        del self.pending[pending.key]
-        if pending.kind == "own":
-            return [FinishCall(pending, "failed", reason=why)]
-        return [*self._drop("invalid_utf8"), self._error(pending.id, INTERNAL_ERROR, why)]
-
-    def _drop(self, why: str) -> list[Action]:
-        self._dropped[why] = self._dropped.get(why, 0) + 1
-        return [Note("dropped_from_server", dict(self._dropped))]
 
     def server_closed(self, status: int | None) -> list[Action]:
         """The server is gone (its exit ``status``): what waits for it is answered."""
@@ -601,6 +465,3 @@ class Relay:
                 del self.pending[p.key]
                 actions.append(FinishCall(p, "interrupted"))
         return actions
-
-    def _error(self, rid: Any, code: int, text: str) -> ToClient:
-        return ToClient(error_message(rid, code, f"litmus-sandbox: {text}") + b"\n")
