@@ -69,6 +69,31 @@ def _ensure_npm_servers() -> None:
     stamp.write_text(digest)
 
 
+def _ensure_browser() -> None:
+    """Install Chromium and its driver, which the HTML report's browser tests drive.
+
+    Only when ``chromium`` or ``chromedriver`` is missing, and only on Linux with apt-get
+    (Debian's ``chromium`` and ``chromium-driver``; through sudo unless root). Elsewhere
+    one clear line: the browser tests then fail, naming what is missing, rather than skip.
+    """
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    apt = shutil.which("apt-get")
+    if not sys.platform.startswith("linux") or apt is None:
+        print(
+            "dev.py: chromium and chromedriver not found: the HTML report's browser tests "
+            "need them (Debian: apt-get install chromium chromium-driver)",
+            flush=True,
+        )
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print("dev.py: installing chromium and chromium-driver (apt-get)", flush=True)
+    for cmd in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "chromium", "chromium-driver"]):
+        if subprocess.call([*sudo, *cmd], cwd=ROOT, env=env, stdout=subprocess.DEVNULL) != 0:
+            sys.exit("dev.py: apt-get install chromium chromium-driver failed")
+
+
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py is what tells an old Python so
         sys.exit(f"dev.py: Python 3.11+ is required, this is {sys.version.split()[0]}")
@@ -83,6 +108,7 @@ def main(argv: list[str]) -> int:
     if job == "incident":
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     _ensure_npm_servers()
+    _ensure_browser()
     for step in (
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
