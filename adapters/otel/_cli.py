@@ -1,0 +1,94 @@
+"""``litmus-sandbox export otel EPISODES... -o SPANS.otlp.jsonl``: episodes as OTLP traces.
+
+The package's CLI builds the parser from :func:`add_arguments` (this module imports nothing
+heavy) and calls :func:`run`; OpenTelemetry is imported only then, so a missing extra is
+one line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from litmus_sandbox._model.errors import LitmusError
+
+EXTRA_HINT = "install the extra: pip install 'litmus-sandbox[otel]'"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``export otel``."""
+    p.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode streams (JSONL)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="SPANS.otlp.jsonl",
+        help="OTLP/JSON to write: one ExportTraceServiceRequest (one trace) per episode",
+    )
+    p.add_argument(
+        "--verdicts",
+        metavar="VERDICTS.jsonl",
+        help="a verdict stream: each scored step gets a gen_ai.evaluation.result event",
+    )
+    p.add_argument(
+        "--include-content",
+        action="store_true",
+        help="add gen_ai.tool.call.arguments and gen_ai.tool.call.result (opt-in: may hold "
+        "sensitive data)",
+    )
+    p.add_argument(
+        "--service-name",
+        default="litmus-sandbox",
+        metavar="NAME",
+        help="the resource's service.name (default litmus-sandbox)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export ``args.episodes`` to ``args.output``; print one summary line.
+
+    Raises:
+        LitmusError: the extra is missing, ``-o`` names an input, or an input is unreadable.
+    """
+    inputs = [*args.episodes, *([args.verdicts] if args.verdicts else [])]
+    target = Path(args.output)
+    if target.is_dir():
+        raise LitmusError(f"-o {args.output}: is a directory (give a file to write)")
+    for path in inputs:
+        if target.exists() and os.path.exists(path) and os.path.samefile(target, path):
+            raise LitmusError(f"-o {args.output} is also an input ({path}); write elsewhere")
+    try:
+        from ._spans import trace_lines
+    except ImportError as exc:
+        raise LitmusError(f"export otel needs {exc.name}: {EXTRA_HINT}") from None
+    from litmus_sandbox._model.records import Verdict
+    from litmus_sandbox._store.streams import ReadWarning, iter_episodes, read_verdicts
+
+    verdicts: dict[str, Verdict] = {}
+    if args.verdicts:
+        stream = read_verdicts(args.verdicts)
+        verdicts = {v.episode_id: v for v in stream.verdicts if isinstance(v, Verdict)}
+    warnings: list[ReadWarning] = []
+    partial = target.with_name(f".{target.name}.partial")
+    traces = 0
+    try:
+        with open(partial, "wb") as out:
+            for line in trace_lines(
+                iter_episodes(args.episodes, warnings),
+                verdicts,
+                include_content=args.include_content,
+                service_name=args.service_name,
+            ):
+                out.write(line)
+                traces += 1
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, target)
+    for w in warnings:
+        print(f"litmus-sandbox: {w}", file=sys.stderr)
+    scored = f", {len(verdicts)} verdicts" if args.verdicts else ""
+    print(f"exported {traces} traces (one per episode{scored}) -> {args.output}")
+    return 0
