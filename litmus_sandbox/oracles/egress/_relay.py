@@ -263,7 +263,9 @@ class HttpRelay:
             out += down.frame(
                 h11.Response(status_code=status, headers=kept, reason=response.reason)
             )
-        else:  # nothing to change: h11's own fields, which it need not validate again
+        elif response.http_version == b"1.1":  # nothing to change: h11 frames its own event
+            out += down.frame(response)
+        else:  # h11 sends HTTP/1.1 only: the same fields, which it need not validate again
             out += down.frame(
                 h11.Response(status_code=status, headers=response.headers, reason=response.reason)
             )
