@@ -300,25 +300,24 @@ async def iter_lines(
 ) -> AsyncIterator[bytes | LineTooLong]:
     """Newline-terminated lines exactly as received (a last unterminated line too).
 
-    With ``max_bytes``, a line longer than that is never held whole: what was read of it
-    is dropped as it comes, and a :class:`LineTooLong` stands for it once its newline
-    (or the end) comes, so memory stays bounded whatever the peer sends.
+    With ``max_bytes``, a line longer than that is never held whole: a
+    :class:`LineTooLong` stands for it as soon as it is known to be too long (the bytes
+    read of it so far), and the rest of it is dropped as it comes, up to its newline; so
+    memory stays bounded whatever the peer sends.
     """
     buf = bytearray()
     scanned = 0  # bytes of buf already known to hold no newline (long lines stay linear)
-    skipped = 0  # bytes dropped of a line over max_bytes (0: not in one)
+    skipping = False  # in a line over max_bytes, dropping it up to its newline
     while True:
         try:
             data = await stream.receive(_CHUNK)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             break
-        if skipped:
+        if skipping:
             i = data.find(b"\n")
             if i < 0:
-                skipped += len(data)
                 continue
-            yield LineTooLong(skipped + i + 1)
-            skipped, data = 0, data[i + 1 :]
+            skipping, data = False, data[i + 1 :]
         buf += data
         start = 0
         while (i := buf.find(b"\n", max(start, scanned))) >= 0:
@@ -331,11 +330,10 @@ async def iter_lines(
             del buf[:start]
         scanned = len(buf)
         if max_bytes is not None and len(buf) > max_bytes:
-            skipped, scanned = len(buf), 0
+            yield LineTooLong(len(buf))
+            skipping, scanned = True, 0
             buf.clear()
-    if skipped:
-        yield LineTooLong(skipped)
-    elif buf:
+    if buf:
         yield bytes(buf)
 
 

@@ -149,6 +149,11 @@ class Session(CallSession):
                 await anyio.sleep_forever()
             if self._core.next_deadline is math.inf:
                 continue  # woken early, and the deadline went (answered meanwhile)
+            if self._to_client_lock.locked():
+                # A write to the client is waiting for it to read: answers behind it
+                # are not late, the client is (see _flush_client): that is settled first.
+                async with self._to_client_lock:
+                    pass
             await self.perform(self._core.expire(anyio.current_time()))
 
     async def _watch_process(self) -> None:

@@ -122,7 +122,7 @@ class Guard:
     def server_too_long(self, size: int) -> list[Action]:
         """The server wrote a line over ``max_message_bytes``: it is cut off."""
         why = f"the MCP server sent a message over {self.max_message_bytes} bytes"
-        return [CutOff(why), Abort(f"{why} ({size} read): cut off")]
+        return [CutOff(why), Abort(f"{why}: cut off")]
 
     def _other_from_server(self, line: bytes) -> list[Action]:
         try:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import anyio
 import anyio.lowlevel
 import pytest
+from anyio.abc import ByteReceiveStream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from litmus_sandbox.adapters.mcp._fdstream import FdReceiveStream, FdSendStream, iter_lines
@@ -242,3 +243,37 @@ def test_read_ahead_carried_over_twice_keeps_its_order(pipe: tuple[int, int]) ->
     got += anyio.run(rest)
     anyio.run(source.aclose)
     assert got == b"a" * 1000 + b"b" * 100 + b"c" * 10
+
+
+class _Chunks(ByteReceiveStream):
+    """A stream that gives its chunks, then ends."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = list(chunks)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self._chunks:
+            raise anyio.EndOfStream
+        return self._chunks.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_line_over_the_bound_is_reported_at_once_and_dropped() -> None:
+    """Memory stays bounded: the long line is reported as soon as it is too long, its
+    rest dropped up to its newline, and the lines after it come whole."""
+    chunks = [
+        b"ok\n" + b"x" * 40,
+        b"x" * 40,
+        b"x" * 40 + b"\nnext\n",
+        b"short\nlong" + b"y" * 99 + b"\n",
+    ]
+    got = [line async for line in iter_lines(_Chunks(chunks), 64)]
+    assert [g if isinstance(g, bytes) else ("too long", g.size) for g in got] == [
+        b"ok\n",
+        ("too long", 80),
+        b"next\n",
+        b"short\n",
+        ("too long", 104),
+    ]

@@ -1,0 +1,206 @@
+"""The stdio proxy between hostile peers, its memory capped: it stays up, bounded, and
+records what they did (a scripted server, ``tests/programs/mcp_hostile_server.py``, and
+a raw client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from factories import PROGRAMS
+from test_mcp_helpers import PROXY, RawClient, calls, line, one_episode, request, tool_call
+
+pytestmark = pytest.mark.anyio
+
+#: The proxy's address space: several times what it needs (about 200 MB), far less than
+#: what the hostile peers send.
+MEMORY_CAP = 768 << 20
+INIT = request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def capped_proxy(tmp_path: Path, *options: str) -> Process:
+    """The proxy in front of the hostile server, under ``RLIMIT_AS`` (set in the child
+    before it runs the proxy, as a ``preexec_fn`` would)."""
+    server = [sys.executable, str(PROGRAMS / "mcp_hostile_server.py"), str(tmp_path / "server")]
+    proxy = [*PROXY, "--episodes", str(tmp_path / "eps.jsonl"), "--no-egress", *options]
+    cap = (
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_CAP}, {MEMORY_CAP})); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return await anyio.open_process(
+        [sys.executable, "-c", cap, *proxy, "--", *server],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stderr=None,
+        cwd=tmp_path,
+    )
+
+
+def seen_by_server(tmp_path: Path) -> bytes:
+    path = tmp_path / "server.in"
+    return path.read_bytes() if path.exists() else b""
+
+
+def refused(tmp_path: Path) -> list[Any]:
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    value: list[Any] = ep.end.meta["mcp"]["refused"]
+    return value
+
+
+async def test_a_server_that_writes_without_newlines_is_cut_off(tmp_path: Path) -> None:
+    process = await capped_proxy(tmp_path, "--max-message-bytes", str(4 << 20))
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv_json()
+    await client.send(tool_call(1, "flood"))
+    error = await client.recv_json(limit=30)
+    assert error["id"] == 1
+    assert error["error"]["code"] == -32000
+    with anyio.fail_after(20):
+        assert await process.wait() == 1  # the server is gone: the proxy hangs up
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert f"over {4 << 20} bytes" in (ep.end.reason or "")
+    (step,) = calls(ep)
+    assert step.meta["mcp"]["outcome"] == "upstream_failed"
+
+
+@pytest.mark.parametrize("side", ["client", "server"])
+async def test_deep_nesting_from_either_side_never_crashes_the_proxy(
+    tmp_path: Path, side: str
+) -> None:
+    client = RawClient(await capped_proxy(tmp_path))
+    await client.send(INIT)
+    await client.recv_json()
+    if side == "client":
+        deep = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}
+        data = json.dumps(deep).encode()[:-1] + b',"x":' + b"[" * 100_000 + b"]" * 100_000
+        await client.send(data + b"}\n")
+        error = await client.recv_json()
+        assert error["error"]["code"] == -32600
+        await client.send(tool_call(2, "echo", {"text": "still here"}))
+        assert (await client.recv_json())["result"]["content"][0]["text"] == "still here"
+        assert await client.finish() == 0
+        assert b"[[[" not in seen_by_server(tmp_path)
+    else:
+        await client.send(tool_call(1, "deep"))
+        error = await client.recv_json()
+        assert (error["id"], error["error"]["code"]) == (1, -32000)
+        assert await client.finish() in (0, 1)
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "nested deeper than 128 levels" in (ep.end.reason or "")
+
+
+async def test_whatever_could_invoke_a_tool_unrecorded_is_refused(tmp_path: Path) -> None:
+    client = RawClient(await capped_proxy(tmp_path))
+    hostile = [
+        line([{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}]),
+        line({"jsonrpc": "2.0", "id": None, "method": "tools/call", "params": {"name": "echo"}}),
+        tool_call(3, "echo", ["a", "list"]),  # type: ignore[arg-type]
+        tool_call(4, "echo", "a string"),  # type: ignore[arg-type]
+        request(5, "tools/call", {"name": ["echo"], "arguments": {}}),
+        request({"an": "object"}, "tools/call", {"name": "echo", "arguments": {}}),
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo\xff"}}\n',
+    ]
+    replies = []
+    for data in hostile:
+        await client.send(data)
+        replies.append(await client.recv_json())
+    notification = line({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo"}})
+    await client.send(notification)  # no id: refused, and no answer
+    await client.send(tool_call(8, "echo", {"text": "fine"}))
+    assert (await client.recv_json())["id"] == 8
+    assert await client.finish() == 0
+    assert isinstance(replies[0], list)  # a batch is answered with a batch
+    codes = [r[0]["error"]["code"] if isinstance(r, list) else r["error"]["code"] for r in replies]
+    assert codes == [-32600, -32600, -32602, -32602, -32602, -32600, -32700]
+    assert seen_by_server(tmp_path).count(b"tools/call") == 1  # only the well-formed one
+    assert len(refused(tmp_path)) == len(hostile) + 1
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.meta["mcp"]["request_id"] == 8
+
+
+async def test_a_half_line_from_a_crashed_server_never_reaches_the_client(
+    tmp_path: Path,
+) -> None:
+    process = await capped_proxy(tmp_path)
+    client = RawClient(process)
+    await client.send(tool_call(1, "halfline"))
+    error = await client.recv_json()  # a whole line, and an answer the client can read
+    assert (error["id"], error["error"]["code"]) == (1, -32000)
+    assert await client.recv() == b""
+    with anyio.fail_after(20):
+        assert await process.wait() == 1
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert ep.end.meta["mcp"]["dropped_from_server"] == {"unterminated": 1}
+
+
+async def test_invalid_utf8_and_junk_from_the_server_are_recorded_as_such(
+    tmp_path: Path,
+) -> None:
+    client = RawClient(await capped_proxy(tmp_path))
+    await client.send(tool_call(1, "badutf8"))
+    error = await client.recv_json()
+    assert (error["id"], error["error"]["code"]) == (1, -32000)
+    assert "invalid UTF-8" in error["error"]["message"]
+    await client.send(tool_call(2, "junk"))
+    assert (await client.recv_json())["result"]["content"][0]["text"] == "after junk"
+    assert await client.finish() == 0
+    ep = one_episode(tmp_path / "eps.jsonl")
+    bad, junk = calls(ep)
+    assert bad.meta["mcp"]["outcome"] == "upstream_failed"
+    assert bad.meta["mcp"]["invalid_utf8"] is True
+    assert junk.meta["mcp"]["outcome"] == "result"
+    assert ep.end is not None
+    assert ep.end.meta["mcp"]["dropped_from_server"] == {"not_json": 1}
+
+
+async def test_an_oversized_client_message_gets_an_error_and_aborts(tmp_path: Path) -> None:
+    client = RawClient(await capped_proxy(tmp_path, "--max-message-bytes", "65536"))
+    await client.send(tool_call(1, "echo", {"text": "y" * 200_000}))
+    error = await client.recv_json()
+    assert error["error"]["code"] == -32600
+    await client.send(tool_call(2, "echo", {"text": "small"}))
+    assert (await client.recv_json())["id"] == 2
+    assert await client.finish() == 0
+    assert b"yyyy" not in seen_by_server(tmp_path)
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "over 65536 bytes" in (ep.end.reason or "")
+
+
+async def test_a_client_that_stops_reading_is_recorded_as_such(tmp_path: Path) -> None:
+    process = await capped_proxy(tmp_path, "--timeout", "1")
+    client = RawClient(process)
+    for rid in range(1, 5):  # answers far larger than the pipe holds, never read
+        await client.send(tool_call(rid, "big", {"size": 1 << 20}))
+    with anyio.fail_after(20):
+        # ASYNC110: the condition is a file the server writes; no event to wait on.
+        while seen_by_server(tmp_path).count(b'"big"') < 4:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    await anyio.sleep(2)  # past the timeout, with answers unread
+    assert await client.finish() == 0
+    await process.aclose()  # the answers it never read go with it
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "aborted"
+    assert "the client stopped reading" in (ep.end.reason or "")
+    assert ep.end.meta["mcp"]["client_stopped_reading"] > 0
