@@ -352,6 +352,31 @@ def read_verdicts(path: str | os.PathLike[str], *, max_line: int | None = None) 
     return out
 
 
+def iter_verdicts(
+    path: str | os.PathLike[str],
+    warnings: list[ReadWarning] | None = None,
+    policies: list[PolicyRecord] | None = None,
+    *,
+    max_line: int | None = None,
+) -> Iterator[list[AnyVerdict]]:
+    """Stream the verdicts of a verdict stream in file order, a block at a time (what the
+    streaming gate reads); its policy records go to ``policies``, a torn last line to
+    ``warnings``.
+
+    Raises:
+        RecordDecodeError, NewerVersionError: as :func:`read_verdicts`.
+    """
+    for records in iter_verdict_records(path, warnings, max_line=max_line):
+        if PolicyRecord not in set(map(type, records)):
+            yield cast("list[AnyVerdict]", records)
+            continue
+        if policies is not None:
+            policies.extend(r for r in records if isinstance(r, PolicyRecord))
+        verdicts = [r for r in records if not isinstance(r, PolicyRecord)]
+        if verdicts:
+            yield verdicts
+
+
 def iter_verdict_records(
     path: str | os.PathLike[str],
     warnings: list[ReadWarning] | None = None,

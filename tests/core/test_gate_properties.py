@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from litmus_sandbox import LegacyVerdict, RecorderId, compare_case, gate
+from litmus_sandbox._core.joins import merge_order
+from litmus_sandbox._core.suite import stream_gate
 
 COMPARED = {"PASS", "IMPROVEMENT", "REGRESSION"}
 
@@ -199,3 +202,130 @@ def test_suite_gate_over_the_same_cases_in_any_order(
     assert report.unknown_exclusions == tuple(
         sorted(k for k in excluded if k not in {v.case_id for v in b})
     )
+
+
+# ---------------------------------------------------------------- streaming paths
+
+
+class MemoryBuckets:
+    """The spill's buckets in lists (the core's tests touch no file)."""
+
+    def __init__(self) -> None:
+        self.data: dict[int, list[bytes]] = {}
+        self.used: set[int] = set()
+
+    def append(self, bucket: int, data: bytes) -> None:
+        self.data.setdefault(bucket, []).append(data)
+        self.used.add(bucket)
+
+    def read(self, bucket: int) -> Iterator[bytes]:
+        yield from list(self.data.get(bucket, ()))
+
+    def drop(self, bucket: int) -> None:
+        self.data.pop(bucket, None)
+
+
+class Kept:
+    def __init__(self, plain: bool = True) -> None:
+        self.plain = plain
+        self.cases: list[Any] = []
+
+    def write(self, results: Sequence[Any]) -> None:
+        self.cases.extend(results)
+
+
+def _paths(b: list[Any], c: list[Any]) -> dict[str, dict[str, Any]]:
+    """Every way stream_gate can line the sides up, as keyword arguments."""
+    ways: dict[str, dict[str, Any]] = {
+        "memory": {},
+        "budget, fits": {"buckets": MemoryBuckets()},
+        "spill": {"buckets": MemoryBuckets(), "memory_budget": 1},
+        "spill from the start": {"buckets": MemoryBuckets(), "memory_budget": 10, "size_hint": 100},
+    }
+    order = merge_order([[str(v.case_id) for v in b]], [[str(v.case_id) for v in c]])
+    if order is not None:
+        ways["merge"] = {"order": order}
+        ways["merge, spilling"] = {"order": order, "buckets": MemoryBuckets(), "memory_budget": 1}
+    return ways
+
+
+def _check_every_path(b: list[Any], c: list[Any], exclusions: dict[str, str]) -> None:
+    expected = _case_by_case(b, c, exclusions)
+    report = gate(b, c, exclusions=exclusions)
+    assert list(report.cases) == expected
+    for name, kw in _paths(b, c).items():
+        kept = Kept()
+        summary = stream_gate(b, c, kept, exclusions=exclusions, **kw)
+        assert kept.cases == expected, name
+        assert summary == report.summary(), name
+        if name.startswith("spill") and len(b) + len(c) > 0:
+            assert kw["buckets"].used, f"{name}: did not spill"
+        quiet = Kept(plain=False)
+        assert stream_gate(b, c, quiet, exclusions=exclusions, **kw) == summary
+        assert quiet.cases == [
+            r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)
+        ], name
+
+
+def _plain(r: Any) -> bool:
+    return (
+        len(r.baseline) == 1
+        and len(r.candidate) == 1
+        and type(r.baseline[0]) is LegacyVerdict
+        and type(r.candidate[0]) is LegacyVerdict
+    )
+
+
+@given(_side, _side, st.sets(st.sampled_from(["a", "c", "zz"])))
+def test_every_streaming_path_decides_as_compare_case(
+    b: list[Any], c: list[Any], excluded: set[str]
+) -> None:
+    """Merge, in-memory join and partitioned spill (a tiny budget) give the cases, in
+    order, and the summary that compare_case and gate give, epochs included."""
+    _check_every_path(b, c, dict.fromkeys(excluded, "why"))
+
+
+@given(_side, st.data(), st.sets(st.sampled_from(["a", "c", "zz"])))
+def test_every_streaming_path_over_the_same_cases(
+    b: list[Any], data: st.DataObject, excluded: set[str]
+) -> None:
+    """The same cases on both sides, in the same order (the merge's lockstep), sorted
+    (its sort-merge, cases missing on one side included) or shuffled."""
+    c = [data.draw(_same_case(v)) for v in b]
+    how = data.draw(st.sampled_from(["same", "sorted", "permuted", "sorted, some dropped"]))
+    if how == "sorted":
+        b, c = sorted(b, key=_key), sorted(c, key=_key)
+    elif how == "permuted":
+        c = data.draw(st.permutations(c))
+    elif how == "sorted, some dropped":
+        b = sorted(b, key=_key)
+        c = sorted((v for v in c if data.draw(st.booleans())), key=_key)
+    _check_every_path(b, c, dict.fromkeys(excluded, "why"))
+
+
+def _key(v: Any) -> str:
+    return str(v.case_id)
+
+
+_legacy_pair_side = st.builds(
+    lambda safe, judge, cut, covered, unknown: msgspec.structs.replace(
+        legacy("x", safe, judge_version=judge, truncate_on_refusal=cut, steps_covered=covered),
+        unknown_provenance={"build": 7} if unknown else {},
+    ),
+    st.booleans(),
+    st.sampled_from(["j1", "j1", "j2", None]),
+    st.booleans(),
+    st.integers(1, 2),
+    st.integers(0, 9).map(lambda n: n == 0),
+)
+
+
+@given(
+    st.lists(st.tuples(_legacy_pair_side, _legacy_pair_side), max_size=40),
+    st.sets(st.sampled_from(["k0", "k3", "zz"])),
+)
+def test_legacy_chunks_decide_as_compare_case(pairs: list[Any], excluded: set[str]) -> None:
+    """A chunk of single-epoch legacy pairs, told a column at a time: the same cases."""
+    b = [msgspec.structs.replace(x, run_id=f"k{i}") for i, (x, _) in enumerate(pairs)]
+    c = [msgspec.structs.replace(y, run_id=f"k{i}") for i, (_, y) in enumerate(pairs)]
+    _check_every_path(b, c, dict.fromkeys(excluded, "why"))

@@ -1,0 +1,148 @@
+"""What the gate answers for a suite: counts, statistics, a re-baseline plan, a decision.
+
+Pure data. :class:`GateSummary` is everything but the cases (what a streaming gate keeps);
+:class:`GateReport` adds every case (what :func:`~litmus_sandbox._core.suite.gate`
+returns). Both decide the same way:
+
+=============  =====  ==========================================================
+decision       exit   when
+=============  =====  ==========================================================
+``REGRESSION``   1    a case regressed (or, with ``strict_oracle``, an oracle
+                      contradiction outside the exclusions)
+``UNRESOLVED``   4    no regression, but NEEDS_REBASELINE / NEEDS_RERUN cases
+                      (unless ``allow_unresolved``)
+``PASS``         0    nothing blocks
+=============  =====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import msgspec
+
+from litmus_sandbox._core.gate import CaseResult
+
+Decision = Literal["PASS", "REGRESSION", "UNRESOLVED"]
+#: The exit code of each decision.
+EXIT_CODES: dict[Decision, int] = {"PASS": 0, "REGRESSION": 1, "UNRESOLVED": 4}
+
+
+class Statistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Suite statistics over the comparable cases (PASS, IMPROVEMENT, REGRESSION)."""
+
+    cases: int
+    comparable: int
+    safe_to_unsafe: int
+    unsafe_to_safe: int
+    mcnemar_p: float
+    flaky: int
+    oracle_contradictions: int
+
+
+# gc=False: strings and ints only, so no cycle; a suite can hold one per case.
+class PlanEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    case_id: str
+    judge_calls: int | None = None
+    reasons: tuple[str, ...] = ()
+
+
+class RebaselinePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What it takes to make the unresolved cases comparable.
+
+    ``rescore``: baselines that can be re-scored from their recordings, with the judge
+    calls that would take after the cache (``judge_calls_exact`` is false when some counts
+    are upper bounds: steps recorded, no cache consulted). ``rerun_baseline`` and
+    ``rerun_candidate``: cases that need a new recording.
+    """
+
+    rescore: tuple[PlanEntry, ...]
+    judge_calls: int
+    judge_calls_exact: bool
+    rerun_baseline: tuple[PlanEntry, ...]
+    rerun_candidate: tuple[PlanEntry, ...]
+
+
+class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """The gate's answer for a suite, without the cases."""
+
+    counts: dict[str, int]
+    statistics: Statistics
+    rebaseline_plan: RebaselinePlan
+    unknown_exclusions: tuple[str, ...] = ()
+    #: Reasons grouped: reason code -> cases carrying it, most frequent first.
+    reasons: dict[str, int] = {}
+    #: Cases outside the exclusions that carry ``oracle_contradicts_judge``.
+    blocking_contradictions: int = 0
+
+    def _contradicted(self) -> bool:
+        return self.blocking_contradictions > 0
+
+    def decision(
+        self,
+        *,
+        allow_unresolved: bool = False,
+        strict_oracle: bool = False,
+    ) -> Decision:
+        """``REGRESSION``, ``UNRESOLVED`` or ``PASS`` (see :meth:`exit_code`)."""
+        if self.counts.get("REGRESSION", 0) or (strict_oracle and self._contradicted()):
+            return "REGRESSION"
+        unresolved = self.counts.get("NEEDS_REBASELINE", 0) + self.counts.get("NEEDS_RERUN", 0)
+        if unresolved and not allow_unresolved:
+            return "UNRESOLVED"
+        return "PASS"
+
+    def exit_code(
+        self,
+        *,
+        allow_unresolved: bool = False,
+        strict_oracle: bool = False,
+    ) -> int:
+        """0 nothing blocks, 1 a regression, 4 unresolved cases (unless allowed)."""
+        return EXIT_CODES[
+            self.decision(
+                allow_unresolved=allow_unresolved,
+                strict_oracle=strict_oracle,
+            )
+        ]
+
+
+class GateReport(GateSummary, frozen=True, kw_only=True):
+    """The gate's answer for a suite, every case included (in gate order: the baseline's
+    cases in its order, then those only the candidate has, in its order)."""
+
+    cases: tuple[CaseResult, ...]
+
+    def _contradicted(self) -> bool:
+        return any(c.contradicted for c in self.cases if c.outcome != "EXCLUDED")
+
+    def summary(self) -> GateSummary:
+        """The report without its cases."""
+        fields = {f: getattr(self, f) for f in GateSummary.__struct_fields__}
+        return GateSummary(**fields)
+
+
+#: Up to this many discordant pairs the p-value is summed in integers (exact, correctly
+#: rounded once); beyond, in log space.
+_EXACT_UP_TO = 2000
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    if n <= _EXACT_UP_TO:
+        count = sum(math.comb(n, i) for i in range(k + 1))
+        return min(1.0, (2 * count) / (1 << n))  # int / int: correctly rounded
+    # Sum binomial(n, i) / 2**n for i <= k in log space (n can be large).
+    log_half_n = n * math.log(0.5)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n
+        for i in range(k + 1)
+    ]
+    top = max(terms)
+    tail = math.exp(top) * sum(math.exp(t - top) for t in terms)
+    return min(1.0, 2.0 * tail)

@@ -1,0 +1,307 @@
+"""Deciding a suite's cases a chunk at a time, and tallying them as they go. Sans-io.
+
+Theory of operation
+-------------------
+Whatever way the cases of a suite are lined up (every join of ``_core/joins.py`` and
+``_core/spill.py``), they reach :class:`CaseDecider` as chunks: parallel lists of case
+ids, baseline sides and candidate sides, where a side is one verdict, a list of verdicts
+(epochs) or None (no verdict). The decider decides each case exactly as
+:func:`~litmus_sandbox._core.gate.compare_case` does; a single-epoch legacy pair that
+passes every check is decided inline, because a suite can hold millions of them.
+
+:class:`SuiteTally` keeps what a summary needs and nothing per case but the re-baseline
+plan: outcome counts, reason codes (once per case), the cases ``--strict-oracle`` blocks
+on, and a plan entry for each unresolved case. The decider tallies every case it
+decides; it hands back the results a consumer asked for (all, or all but the plain
+passes, which are only counted).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
+
+from litmus_sandbox._core.gate import ANNOTATIONS, OUTCOMES, CaseResult, Outcome, compare_case
+from litmus_sandbox._core.summary import (
+    GateSummary,
+    PlanEntry,
+    RebaselinePlan,
+    Statistics,
+    mcnemar_exact_p,
+)
+from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict, Verdict
+
+#: One side of a case: its verdict, its epochs' verdicts, or None (no verdict).
+Side = AnyVerdict | list[AnyVerdict] | None
+
+_REBASE: Outcome = "NEEDS_REBASELINE"
+_RERUN: Outcome = "NEEDS_RERUN"
+_outcome = operator.attrgetter("outcome")
+_code = operator.attrgetter("code")
+
+
+class SuiteTally:
+    """Counts, grouped reasons and the re-baseline plan of a suite, built case by case.
+
+    ``count`` takes every case's outcome; ``note`` the results that may carry reasons
+    (those that went through ``compare_case``).
+    """
+
+    def __init__(self, recordings: Mapping[str, int | None]) -> None:
+        self._recordings = recordings
+        self._counts: Counter[str] = Counter()
+        self._reasons: Counter[str] = Counter()
+        self._blocking = 0
+        self._rescore: list[PlanEntry] = []
+        self._rerun_baseline: list[PlanEntry] = []
+        self._rerun_candidate: list[PlanEntry] = []
+        self._calls = 0
+        self._exact = True
+
+    def count(self, outcomes: Iterable[str]) -> None:
+        self._counts.update(outcomes)
+
+    def count_passes(self, n: int) -> None:
+        self._counts["PASS"] += n
+
+    def note(self, results: Iterable[CaseResult]) -> None:
+        for r in results:
+            if not r.reasons:
+                continue
+            codes = set(map(_code, r.reasons))
+            self._reasons.update(codes)
+            if "oracle_contradicts_judge" in codes and r.outcome != "EXCLUDED":
+                self._blocking += 1
+            if r.outcome == _REBASE or r.outcome == _RERUN:
+                self._plan(r)
+
+    def _plan(self, r: CaseResult) -> None:
+        settling = [x for x in r.reasons if x.remedy is not None and x.code not in ANNOTATIONS]
+        remedies = {x.remedy for x in settling}
+        codes = tuple(sorted({x.code for x in settling}))
+        if "rerun_candidate" in remedies:
+            self._rerun_candidate.append(PlanEntry(case_id=r.case_id, reasons=codes))
+        if "rerun_baseline" in remedies:
+            self._rerun_baseline.append(PlanEntry(case_id=r.case_id, reasons=codes))
+        elif "rescore_baseline" in remedies:
+            n = self._recordings.get(r.case_id)
+            if n is None:
+                self._exact = False
+                b = r.baseline[0] if r.baseline else None
+                if isinstance(b, Verdict) and b.provenance.steps_recorded is not None:
+                    n = b.provenance.steps_recorded * max(1, len(r.baseline))
+            self._calls += n or 0
+            self._rescore.append(PlanEntry(case_id=r.case_id, judge_calls=n, reasons=codes))
+
+    def summary(self, unknown_exclusions: Iterable[str] = ()) -> GateSummary:
+        counts: dict[str, int] = {o: self._counts.get(o, 0) for o in OUTCOMES}
+        regressions, improvements = counts["REGRESSION"], counts["IMPROVEMENT"]
+        grouped = dict(sorted(self._reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        stats = Statistics(
+            cases=sum(counts.values()),
+            comparable=counts["PASS"] + regressions + improvements,
+            safe_to_unsafe=regressions,
+            unsafe_to_safe=improvements,
+            mcnemar_p=mcnemar_exact_p(regressions, improvements),
+            # Cases carrying the code, as CaseResult.flaky and .contradicted tell them.
+            flaky=grouped.get("flaky", 0),
+            oracle_contradictions=grouped.get("oracle_contradicts_judge", 0),
+        )
+        plan = RebaselinePlan(
+            rescore=tuple(self._rescore),
+            judge_calls=self._calls,
+            judge_calls_exact=self._exact,
+            rerun_baseline=tuple(self._rerun_baseline),
+            rerun_candidate=tuple(self._rerun_candidate),
+        )
+        return GateSummary(
+            counts=counts,
+            statistics=stats,
+            rebaseline_plan=plan,
+            unknown_exclusions=tuple(sorted(unknown_exclusions)),
+            reasons=grouped,
+            blocking_contradictions=self._blocking,
+        )
+
+
+class CaseDecider:
+    """Decides chunks of cases (see the module docstring) into a :class:`SuiteTally`.
+
+    ``plain``: also return the plain passes (comparable legacy pairs decided inline as
+    PASS, which carry no reason); without it they are only counted.
+    """
+
+    def __init__(
+        self,
+        tally: SuiteTally,
+        exclusions: Mapping[str, str],
+        recordings: Mapping[str, int | None],
+        *,
+        plain: bool = True,
+    ) -> None:
+        self.tally = tally
+        self._exclusions = exclusions
+        self._recordings = recordings
+        self._plain = plain
+        #: Exclusions that named a case decided so far.
+        self.matched: set[str] = set()
+
+    def decide(
+        self, keys: Sequence[str], bs: Sequence[Side], cs: Sequence[Side]
+    ) -> list[CaseResult]:
+        """Decide the cases of one chunk, in order; tally them all and return the results
+        asked for."""
+        exclusions = self._exclusions
+        if exclusions:
+            self.matched.update(k for k in keys if k in exclusions)
+        out: list[CaseResult] = []
+        checked: list[CaseResult] = []
+        if _pure_legacy(bs, cs):
+            passes = self._legacy_chunk(keys, bs, cs, out, checked)  # type: ignore[arg-type]
+        else:
+            passes = self._mixed_chunk(keys, bs, cs, out, checked)
+        tally = self.tally
+        tally.count(map(_outcome, out))
+        if passes:
+            tally.count_passes(passes)
+        tally.note(checked)
+        return out
+
+    def _legacy_chunk(
+        self,
+        keys: Sequence[str],
+        bs: Sequence[LegacyVerdict],
+        cs: Sequence[LegacyVerdict],
+        out: list[CaseResult],
+        checked: list[CaseResult],
+    ) -> int:
+        """A chunk of single-epoch legacy pairs (every chunk of a legacy suite): which
+        pairs pass every check is told a column at a time, at C speed (``_mixed_chunk``
+        tells it pair by pair); then only the cases that are not plain passes are looked
+        at one by one, unless the plain passes are wanted too. Returns how many plain
+        passes were only counted."""
+        bp = list(map(_provenance, bs))
+        fast = list(map(operator.eq, bp, map(_provenance, cs)))
+        unknown = {p for p in set(bp) if not _known(p)}
+        if unknown:
+            fast = [f and p not in unknown for f, p in zip(fast, bp, strict=True)]
+        if any(map(_unknown_keys, bs)) or any(map(_unknown_keys, cs)):
+            fast = [
+                f and not b.unknown_provenance and not c.unknown_provenance
+                for f, b, c in zip(fast, bs, cs, strict=True)
+            ]
+        exclusions = self._exclusions
+        if exclusions:
+            fast = [f and k not in exclusions for f, k in zip(fast, keys, strict=True)]
+        n = len(keys)
+        indices: Iterable[int] = range(n)
+        passes = 0
+        if not self._plain:
+            same = map(operator.is_, map(_safe, bs), map(_safe, cs))
+            looked = list(compress(range(n), map(operator.not_, map(operator.and_, fast, same))))
+            indices, passes = looked, n - len(looked)
+        add = out.append
+        for i in indices:
+            key, b, c = keys[i], bs[i], cs[i]
+            if fast[i]:
+                if b.safe is c.safe:
+                    outcome: Outcome = "PASS"
+                else:
+                    outcome = "REGRESSION" if b.safe else "IMPROVEMENT"
+                add(
+                    CaseResult(
+                        case_id=key, outcome=outcome, reasons=(), baseline=(b,), candidate=(c,)
+                    )
+                )
+                continue
+            result = self._compare(key, b, c)
+            add(result)
+            checked.append(result)
+        return passes
+
+    def _mixed_chunk(
+        self,
+        keys: Sequence[str],
+        bs: Sequence[Side],
+        cs: Sequence[Side],
+        out: list[CaseResult],
+        checked: list[CaseResult],
+    ) -> int:
+        add = out.append
+        passes = 0
+        plain = self._plain
+        exclusions = self._exclusions
+        legacy = LegacyVerdict
+        for key, b, c in zip(keys, bs, cs, strict=True):
+            # Exact types only (a subclass takes the general path). Equal provenance structs
+            # compare all four fields at C speed; then only the baseline's need be known.
+            if type(b) is legacy and type(c) is legacy:
+                bp = b.provenance
+                if (
+                    bp == c.provenance
+                    and _known(bp)
+                    and not b.unknown_provenance
+                    and not c.unknown_provenance
+                    and key not in exclusions
+                ):
+                    if b.safe is c.safe:
+                        if not plain:
+                            passes += 1
+                            continue
+                        outcome: Outcome = "PASS"
+                    else:
+                        outcome = "REGRESSION" if b.safe else "IMPROVEMENT"
+                    add(
+                        CaseResult(
+                            case_id=key, outcome=outcome, reasons=(), baseline=(b,), candidate=(c,)
+                        )
+                    )
+                    continue
+            result = self._compare(key, b, c)
+            add(result)
+            checked.append(result)
+        return passes
+
+    def _compare(self, key: str, b: Side, c: Side) -> CaseResult:
+        return compare_case(
+            key,
+            _verdicts(b),
+            _verdicts(c),
+            baseline_recorded=key in self._recordings,
+            exclusion=self._exclusions.get(key),
+        )
+
+    def unknown_exclusions(self) -> list[str]:
+        """Exclusions that named no case decided."""
+        return [k for k in self._exclusions if k not in self.matched]
+
+
+_provenance = operator.attrgetter("provenance")
+_safe = operator.attrgetter("safe")
+_unknown_keys = operator.attrgetter("unknown_provenance")
+
+
+def _pure_legacy(bs: Sequence[Side], cs: Sequence[Side]) -> bool:
+    """Whether every side of a chunk is one legacy verdict (exact type: a subclass, or
+    anything else, takes the general path)."""
+    return set(map(type, bs)) == {LegacyVerdict} == set(map(type, cs))
+
+
+def _known(p: LegacyProvenance) -> bool:
+    """What the reference's rule compares is known (then equal provenance compares)."""
+    return (
+        p.judge_version is not None
+        and p.truncate_on_refusal is not None
+        and p.truncate_on_empty_tool_result is not None
+        and p.steps_covered is not None
+    )
+
+
+def _verdicts(side: Side) -> Sequence[AnyVerdict]:
+    if side is None:
+        return ()
+    if isinstance(side, list):
+        return side
+    return (side,)
