@@ -1,4 +1,5 @@
-"""Gate reports: table (for terminals), JSON (the machine contract), JUnit XML, Markdown.
+"""Gate reports: table (for terminals), JSON (the machine contract), JSON Lines (for very
+large suites), JUnit XML, Markdown.
 
 The JSON report is one object::
 
@@ -25,19 +26,31 @@ A side summary is ``{"safe", "epochs", "episode_ids", "legacy", "first_unsafe_st
 "steps_recorded", "steps_covered", "judge", "judge_fingerprint",
 "truncate_on_refusal", "truncate_on_empty_tool_result"}`` (``safe`` is pass^k over the
 epochs). Cases are listed oracle contradictions first, then by outcome: REGRESSION,
-NEEDS_RERUN, NEEDS_REBASELINE, IMPROVEMENT, PASS, EXCLUDED.
+NEEDS_RERUN, NEEDS_REBASELINE, IMPROVEMENT, PASS, EXCLUDED (in gate order within each).
+
+The JSON Lines report (``jsonl``) is a line per case, ``{"kind": "case", ...}`` with the
+keys of a case above, in gate order, then one line ``{"kind": "summary", ...}`` with the
+keys of the JSON report but ``cases``.
+
+Every format is written while the gate decides its cases (:func:`writer`, a sink for
+``stream_gate``), never built as one object: JSON Lines writes each case as it comes;
+the others keep each rendered case aside by rank (in memory while small, then in
+temporary files) and write the report in order at the end.
 
 Each format has its module (``_table``, ``_json``, ``_junit``, ``_markdown``), over what
-they share (``_shared``: the order of cases, side summaries); :func:`render` picks one by
-name. This package only re-exports.
+they share (``_shared``: the order of cases, side summaries, the writers' shape);
+:func:`render` renders a whole :class:`~litmus_sandbox.GateReport` by name. This package
+only re-exports.
 """
 
 from __future__ import annotations
 
 from litmus_sandbox.reports._formats import FORMATS as FORMATS
 from litmus_sandbox.reports._formats import render as render
+from litmus_sandbox.reports._formats import writer as writer
 from litmus_sandbox.reports._json import case_to_dict as case_to_dict
 from litmus_sandbox.reports._json import render_json as render_json
+from litmus_sandbox.reports._json import render_jsonl as render_jsonl
 from litmus_sandbox.reports._json import to_dict as to_dict
 from litmus_sandbox.reports._junit import escape as escape
 from litmus_sandbox.reports._junit import quoteattr as quoteattr
@@ -55,9 +68,11 @@ __all__ = [
     "quoteattr",
     "render",
     "render_json",
+    "render_jsonl",
     "render_junit",
     "render_markdown",
     "render_table",
     "side_summary",
     "to_dict",
+    "writer",
 ]

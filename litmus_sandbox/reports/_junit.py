@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, BinaryIO
 from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
-from litmus_sandbox._core.suite import GateReport
-from litmus_sandbox.reports._shared import ordered_cases
+from litmus_sandbox._core.gate import CaseResult
+from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox.reports._shared import Writer, rank, render, text
 
 __all__ = ["escape", "quoteattr", "render_junit"]
 
@@ -30,44 +32,55 @@ def quoteattr(text: str) -> str:
     return _quoteattr(_xml_text(text))
 
 
-def render_junit(
-    report: GateReport,
-    *,
-    allow_unresolved: bool = False,
-    strict_oracle: bool = False,
-    warnings: Sequence[str] = (),
-) -> str:
+class JunitWriter(Writer):
+    """``--format junit``: a test case per gate case (spooled by rank), under a test
+    suite whose counts come at the end.
+    REGRESSION fails, unresolved cases error (skipped when allowed), EXCLUDED skips."""
+
+    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+        super().__init__(out, **kw)
+        self.tests = self.failures = self.errors = self.skipped = 0
+
+    def write(self, results: Sequence[CaseResult]) -> None:
+        strict, allow = self.strict_oracle, self.allow_unresolved
+        for case in results:
+            self.tests += 1
+            detail = "\n".join(
+                f"{r.code}: {r.detail}" + (f" -> {r.remedy}" if r.remedy else "")
+                for r in case.reasons
+            )
+            inner = ""
+            blocking_oracle = strict and case.contradicted and case.outcome != "EXCLUDED"
+            if case.outcome == "REGRESSION" or blocking_oracle:
+                self.failures += 1
+                inner = f"<failure message={quoteattr(case.outcome)}>{escape(detail or 'safe -> unsafe')}</failure>"
+            elif case.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN"):
+                if allow:
+                    self.skipped += 1
+                    inner = f"<skipped message={quoteattr(case.outcome)}>{escape(detail)}</skipped>"
+                else:
+                    self.errors += 1
+                    inner = f"<error message={quoteattr(case.outcome)}>{escape(detail)}</error>"
+            elif case.outcome == "EXCLUDED":
+                self.skipped += 1
+                inner = f"<skipped message={quoteattr('EXCLUDED')}>{escape(detail)}</skipped>"
+            elif detail:
+                inner = f"<system-out>{escape(case.outcome + chr(10) + detail)}</system-out>"
+            line = f'  <testcase classname="litmus.gate" name={quoteattr(case.case_id)}>{inner}</testcase>\n'
+            self.spool.write(rank(case), text(line))
+
+    def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
+        del warnings
+        head = (
+            '<?xml version="1.0" encoding="utf-8"?>\n'
+            f'<testsuite name="litmus-sandbox gate" tests="{self.tests}" failures="{self.failures}" '
+            f'errors="{self.errors}" skipped="{self.skipped}">\n'
+        )
+        self.out.write(text(head))
+        self.copy_ranks()
+        self.out.write(b"</testsuite>\n")
+
+
+def render_junit(report: GateReport, **kw: Any) -> str:
     """JUnit XML: REGRESSION fails, unresolved cases error (skipped when allowed), EXCLUDED skips."""
-    del warnings
-    failures = errors = skipped = 0
-    body: list[str] = []
-    for case in ordered_cases(report):
-        detail = "\n".join(
-            f"{r.code}: {r.detail}" + (f" -> {r.remedy}" if r.remedy else "") for r in case.reasons
-        )
-        inner = ""
-        blocking_oracle = strict_oracle and case.contradicted and case.outcome != "EXCLUDED"
-        if case.outcome == "REGRESSION" or blocking_oracle:
-            failures += 1
-            inner = f"<failure message={quoteattr(case.outcome)}>{escape(detail or 'safe -> unsafe')}</failure>"
-        elif case.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN"):
-            if allow_unresolved:
-                skipped += 1
-                inner = f"<skipped message={quoteattr(case.outcome)}>{escape(detail)}</skipped>"
-            else:
-                errors += 1
-                inner = f"<error message={quoteattr(case.outcome)}>{escape(detail)}</error>"
-        elif case.outcome == "EXCLUDED":
-            skipped += 1
-            inner = f"<skipped message={quoteattr('EXCLUDED')}>{escape(detail)}</skipped>"
-        elif detail:
-            inner = f"<system-out>{escape(case.outcome + chr(10) + detail)}</system-out>"
-        body.append(
-            f'  <testcase classname="litmus.gate" name={quoteattr(case.case_id)}>{inner}</testcase>'
-        )
-    head = (
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="litmus-sandbox gate" tests="{len(report.cases)}" failures="{failures}" '
-        f'errors="{errors}" skipped="{skipped}">'
-    )
-    return "\n".join([head, *body, "</testsuite>"])
+    return render(JunitWriter, report, **kw)

@@ -4,49 +4,68 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
-from litmus_sandbox._core.gate import OUTCOMES
-from litmus_sandbox._core.suite import GateReport
-from litmus_sandbox.reports._shared import as_warning, ordered_cases, safe_word, side_summary
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult
+from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox.reports._shared import (
+    Writer,
+    as_warning,
+    rank,
+    render,
+    shown,
+    side_word,
+    text,
+)
 
 __all__ = ["render_markdown"]
 
 
-def render_markdown(
-    report: GateReport,
-    *,
-    allow_unresolved: bool = False,
-    strict_oracle: bool = False,
-    warnings: Sequence[str] = (),
-) -> str:
-    decision = report.decision(allow_unresolved=allow_unresolved, strict_oracle=strict_oracle)
-    lines = [f"## litmus-sandbox gate: {decision}", "", "| outcome | cases |", "|---|---:|"]
-    lines += [f"| {o} | {report.counts.get(o, 0)} |" for o in OUTCOMES]
-    s = report.statistics
-    lines += [
-        "",
-        f"Comparable cases: {s.comparable}; safe→unsafe {s.safe_to_unsafe}, unsafe→safe "
-        f"{s.unsafe_to_safe} (McNemar exact p = {s.mcnemar_p:.4g}).",
-        "",
-    ]
-    if report.reasons:
-        lines += ["| reason | cases |", "|---|---:|"]
-        lines += [f"| `{code}` | {n} |" for code, n in report.reasons.items()]
-        lines.append("")
-    shown = [c for c in ordered_cases(report) if c.outcome != "PASS" or c.reasons]
-    if shown:
-        lines += ["| case | outcome | baseline → candidate | reasons |", "|---|---|---|---|"]
-        for case in shown:
+class MarkdownWriter(Writer):
+    """``--format markdown``: counts and reasons, then a row per case that needs a look
+    (spooled by rank)."""
+
+    plain = False
+
+    def write(self, results: Sequence[CaseResult]) -> None:
+        for case in results:
+            if not shown(case):
+                continue
             reasons = "<br>".join(
                 f"`{r.code}` {_md(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
                 for r in case.reasons
             )
-            b, c = side_summary(case.baseline), side_summary(case.candidate)
-            lines.append(
-                f"| {_md_code(case.case_id)} | {case.outcome} | {safe_word(b)} → {safe_word(c)} | {reasons} |"
-            )
-    lines += [f"> {_md(as_warning(w))}" for w in warnings]
-    return "\n".join(lines)
+            row = f"| {_md_code(case.case_id)} | {case.outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
+            self.spool.write(rank(case), text(row + "\n"))
+            self.rows = True
+
+    rows = False
+
+    def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
+        decision, _ = self.decision(summary)
+        lines = [f"## litmus-sandbox gate: {decision}", ""]
+        lines += ["| outcome | cases |", "|---|---:|"]
+        lines += [f"| {o} | {summary.counts.get(o, 0)} |" for o in OUTCOMES]
+        s = summary.statistics
+        lines += [
+            "",
+            f"Comparable cases: {s.comparable}; safe→unsafe {s.safe_to_unsafe}, unsafe→safe "
+            f"{s.unsafe_to_safe} (McNemar exact p = {s.mcnemar_p:.4g}).",
+            "",
+        ]
+        if summary.reasons:
+            lines += ["| reason | cases |", "|---|---:|"]
+            lines += [f"| `{code}` | {n} |" for code, n in summary.reasons.items()]
+            lines.append("")
+        if self.rows:
+            lines += ["| case | outcome | baseline → candidate | reasons |", "|---|---|---|---|"]
+        self.out.write(text("".join(line + "\n" for line in lines)))
+        self.copy_ranks()
+        self.out.write(text("".join(f"> {_md(as_warning(w))}\n" for w in warnings)))
+
+
+def render_markdown(report: GateReport, **kw: Any) -> str:
+    return render(MarkdownWriter, report, **kw)
 
 
 def _md(text: str) -> str:

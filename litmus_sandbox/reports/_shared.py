@@ -1,22 +1,124 @@
-"""What every report format shares: the order of cases, and one side's summary."""
+"""What every report format shares: the order of cases, one side's summary, and the shape
+of a streaming writer.
+
+Theory of operation
+-------------------
+A report is written while the gate decides its cases (:class:`Writer`, a
+:class:`~litmus_sandbox._core.suite.CaseSink`): ``write`` takes each chunk of decided
+cases, ``finish`` writes the report once the summary is known, ``close`` frees what was
+kept. Reports list cases oracle contradictions first, then by outcome (:func:`rank`),
+but the gate decides them in its own order: a writer renders each case as it comes and
+keeps the rendering in a :class:`~litmus_sandbox._store.partition.RankedSpool` (memory
+while small, temporary files past that), and ``finish`` writes the ranks in order. No
+format builds the report as one object: memory stays bounded whatever the suite's size.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from io import BytesIO
+from typing import Any, BinaryIO, Self
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
-from litmus_sandbox._core.suite import GateReport
+from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
+from litmus_sandbox._store.partition import RankedSpool
 
 __all__ = ["as_warning", "ordered_cases", "safe_word", "side_summary"]
 
 _RANK = {o: i for i, o in enumerate(OUTCOMES)}
+#: Ranks of cases in a report: contradicted cases by outcome, then the others by outcome.
+RANKS = 2 * len(OUTCOMES)
+
+
+def rank(case: CaseResult) -> int:
+    """Where ``case`` goes in a report (see :data:`RANKS`); input order within a rank."""
+    return _RANK[case.outcome] + (0 if case.contradicted else len(OUTCOMES))
 
 
 def ordered_cases(report: GateReport) -> list[CaseResult]:
     """Oracle contradictions first, then by outcome severity, then in input order."""
-    return sorted(report.cases, key=lambda c: (not c.contradicted, _RANK[c.outcome]))
+    return sorted(report.cases, key=rank)
+
+
+def shown(case: CaseResult) -> bool:
+    """Whether the table and Markdown reports list ``case`` (a plain PASS is counted)."""
+    return case.outcome != "PASS" or bool(case.reasons)
+
+
+class Writer:
+    """A report written as the gate decides (see the module docstring).
+
+    ``plain``: whether the format lists the plain passes, or only counts them.
+    """
+
+    plain = True
+
+    def __init__(
+        self,
+        out: BinaryIO,
+        *,
+        allow_unresolved: bool = False,
+        strict_oracle: bool = False,
+        spool_dir: str | None = None,
+        spool_memory: int = 1 << 22,
+    ) -> None:
+        self.flags = {
+            "allow_unresolved": allow_unresolved,
+            "strict_oracle": strict_oracle,
+        }
+        self.out = out
+        self.strict_oracle = strict_oracle
+        self.allow_unresolved = allow_unresolved
+        self.spool = RankedSpool(RANKS, memory=spool_memory, directory=spool_dir)
+
+    def write(self, results: Sequence[CaseResult]) -> None:
+        raise NotImplementedError
+
+    def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
+        """Write the report (what is left of it) to ``out``, ending with a newline."""
+        raise NotImplementedError
+
+    def copy_ranks(self, *, trim: int = 0) -> bool:
+        """Copy the spooled cases to ``out`` in rank order, less the last ``trim`` bytes;
+        whether there were any."""
+        last: bytes | None = None
+        for r in range(RANKS):
+            for block in self.spool.read(r):
+                if last is not None:
+                    self.out.write(last)
+                last = block
+        if last is None:
+            return False
+        self.out.write(last[: len(last) - trim])
+        return True
+
+    def decision(self, summary: GateSummary) -> tuple[str, int]:
+        return summary.decision(**self.flags), summary.exit_code(**self.flags)
+
+    def close(self) -> None:
+        self.spool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def render(writer: type[Writer], report: GateReport, **kw: Any) -> str:
+    """``report`` in one format, as text (the ``render_*`` functions)."""
+    warnings = kw.pop("warnings", ())
+    buf = BytesIO()
+    with writer(buf, **kw) as w:
+        w.write(report.cases)
+        w.finish(report, warnings)
+    return buf.getvalue().decode("utf-8", "surrogateescape")[:-1]
+
+
+def text(line: str) -> bytes:
+    """A line of a text report as UTF-8 (what cannot be encoded written as an escape)."""
+    return line.encode("utf-8", "backslashreplace")
 
 
 def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
@@ -53,6 +155,13 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
         truncate_on_empty_tool_result=q.truncate_on_empty_tool_result,
     )
     return out
+
+
+def side_word(verdicts: Sequence[AnyVerdict]) -> str:
+    """``safe_word(side_summary(verdicts))``, without building the summary."""
+    if not verdicts:
+        return "-"
+    return "safe" if all(v.safe for v in verdicts) else "unsafe"
 
 
 def safe_word(summary: dict[str, Any] | None) -> str:

@@ -3,34 +3,47 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, BinaryIO
 
-from litmus_sandbox._core.gate import OUTCOMES, step_diff
-from litmus_sandbox._core.suite import GateReport
-from litmus_sandbox.reports._shared import as_warning, ordered_cases, safe_word, side_summary
+import msgspec
+
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult, step_diff
+from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox.reports._shared import (
+    RANKS,
+    Writer,
+    as_warning,
+    rank,
+    render,
+    shown,
+    side_word,
+    text,
+)
 
 __all__ = ["render_table"]
 
+_encoder = msgspec.json.Encoder()
+#: A spooled row: the case id, the rest of its first line, its further lines.
+_rows = msgspec.json.Decoder(tuple[str, str, list[str]])
 
-def render_table(
-    report: GateReport,
-    *,
-    allow_unresolved: bool = False,
-    strict_oracle: bool = False,
-    warnings: Sequence[str] = (),
-) -> str:
-    """A terminal report: the non-PASS cases with their reasons, then the totals."""
-    lines: list[str] = []
-    shown = [c for c in ordered_cases(report) if c.outcome != "PASS" or c.reasons]
-    if shown:
-        ids = {c.case_id: _one_line(c.case_id) for c in shown}
-        width = max(len(i) for i in ids.values())
-        lines.append(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate")
-        for case in shown:
-            b, c = side_summary(case.baseline), side_summary(case.candidate)
-            lines.append(
-                f"{ids[case.case_id]:<{width}}  {case.outcome:<16}  "
-                f"{safe_word(b)} -> {safe_word(c)}"
-            )
+
+class TableWriter(Writer):
+    """``--format table``: the cases that need a look (spooled by rank, as rows to pad
+    once the widest case id is known), then the totals."""
+
+    plain = False
+
+    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+        super().__init__(out, **kw)
+        self._width = 0
+
+    def write(self, results: Sequence[CaseResult]) -> None:
+        for case in results:
+            if not shown(case):
+                continue
+            case_id = _one_line(case.case_id)
+            self._width = max(self._width, len(case_id))
+            more: list[str] = []
             diff = step_diff(case)
             if diff is not None and (
                 diff.first_differing_step is not None
@@ -44,38 +57,64 @@ def render_table(
                     parts.append(f"baseline-only steps {_ranges(diff.baseline_only_steps)}")
                 if diff.candidate_only_steps:
                     parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
-                lines.append(f"{'':<{width}}    steps: {'; '.join(parts)}")
+                more.append(f"steps: {'; '.join(parts)}")
             for r in case.reasons:
                 remedy = f" -> {r.remedy}" if r.remedy else ""
-                lines.append(f"{'':<{width}}    {r.code}: {r.detail}{remedy}")
-        lines.append("")
-    counts = "  ".join(f"{o} {report.counts.get(o, 0)}" for o in OUTCOMES)
-    s = report.statistics
-    lines.append(f"cases {s.cases}: {counts}")
-    lines.append(
-        f"comparable {s.comparable}: safe->unsafe {s.safe_to_unsafe}, unsafe->safe "
-        f"{s.unsafe_to_safe}, McNemar exact p = {s.mcnemar_p:.4g}; flaky {s.flaky}; "
-        f"oracle contradictions {s.oracle_contradictions}"
-    )
-    if report.reasons:
-        grouped = ", ".join(f"{code} {n}" for code, n in report.reasons.items())
-        lines.append(f"reasons (cases): {grouped}")
-    plan = report.rebaseline_plan
-    if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
-        calls = ("" if plan.judge_calls_exact else "at most ") + f"{plan.judge_calls} judge calls"
-        if unknown := sum(1 for e in plan.rescore if e.judge_calls is None):
-            calls += f", and those of {unknown} with no known step count"
+                more.append(f"{r.code}: {r.detail}{remedy}")
+            row = (
+                case_id,
+                f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}",
+                more,
+            )
+            self.spool.write(rank(case), _encoder.encode(row) + b"\n")
+
+    def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
+        out, width = self.out, self._width
+        if width:
+            out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))
+            pad = " " * width
+            for r in range(RANKS):
+                for block in self.spool.read(r):
+                    rows: list[str] = []
+                    for case_id, first, more in _rows.decode_lines(block):
+                        rows.append(f"{case_id:<{width}}  {first}\n")
+                        rows.extend(f"{pad}    {line}\n" for line in more)
+                    out.write(text("".join(rows)))
+            out.write(b"\n")
+        lines: list[str] = []
+        counts = "  ".join(f"{o} {summary.counts.get(o, 0)}" for o in OUTCOMES)
+        s = summary.statistics
+        lines.append(f"cases {s.cases}: {counts}")
         lines.append(
-            f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls}), "
-            f"re-run {len(plan.rerun_baseline)} baselines, re-run {len(plan.rerun_candidate)} candidates"
+            f"comparable {s.comparable}: safe->unsafe {s.safe_to_unsafe}, unsafe->safe "
+            f"{s.unsafe_to_safe}, McNemar exact p = {s.mcnemar_p:.4g}; flaky {s.flaky}; "
+            f"oracle contradictions {s.oracle_contradictions}"
         )
-    if report.unknown_exclusions:
-        lines.append(f"exclusions naming no case: {', '.join(report.unknown_exclusions)}")
-    lines.extend(as_warning(w) for w in warnings)
-    decision = report.decision(allow_unresolved=allow_unresolved, strict_oracle=strict_oracle)
-    code = report.exit_code(allow_unresolved=allow_unresolved, strict_oracle=strict_oracle)
-    lines.append(f"decision: {decision} (exit {code})")
-    return "\n".join(lines)
+        if summary.reasons:
+            grouped = ", ".join(f"{code} {n}" for code, n in summary.reasons.items())
+            lines.append(f"reasons (cases): {grouped}")
+        plan = summary.rebaseline_plan
+        if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
+            calls = (
+                "" if plan.judge_calls_exact else "at most "
+            ) + f"{plan.judge_calls} judge calls"
+            if unknown := sum(1 for e in plan.rescore if e.judge_calls is None):
+                calls += f", and those of {unknown} with no known step count"
+            lines.append(
+                f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls}), "
+                f"re-run {len(plan.rerun_baseline)} baselines, re-run {len(plan.rerun_candidate)} candidates"
+            )
+        if summary.unknown_exclusions:
+            lines.append(f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}")
+        lines.extend(as_warning(w) for w in warnings)
+        decision, code = self.decision(summary)
+        lines.append(f"decision: {decision} (exit {code})")
+        out.write(text("\n".join(lines) + "\n"))
+
+
+def render_table(report: GateReport, **kw: Any) -> str:
+    """A terminal report: the non-PASS cases with their reasons, then the totals."""
+    return render(TableWriter, report, **kw)
 
 
 def _ranges(indices: Sequence[int]) -> str:
