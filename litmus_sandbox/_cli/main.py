@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from litmus_sandbox import reports
+from litmus_sandbox._cli.gate import EPILOG as GATE_EPILOG
+from litmus_sandbox._cli.gate import add_gate_flags, candidate_policies, run_gate
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
 from litmus_sandbox._cli.show import add_parser as add_show_parser
-from litmus_sandbox._core.suite import gate
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, Verdict
@@ -36,10 +37,10 @@ from litmus_sandbox._runtime.rebaseline import (
 from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.exclusions import load_exclusions
-from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes, read_verdicts
+from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
 
-# 1 (a regression) and 4 (unresolved) come from GateReport.exit_code().
+# 1 (a regression) and 4 (unresolved) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
 #: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
 EXIT_INTERNAL = 3
@@ -167,10 +168,6 @@ def cmd_score(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- gate
 
 
-def _read_side(paths: Sequence[str]) -> list[VerdictStream]:
-    return [read_verdicts(p) for p in paths]
-
-
 def cmd_gate(args: argparse.Namespace) -> int:
     if args.output == "-":
         args.output = None  # stdout
@@ -182,34 +179,23 @@ def cmd_gate(args: argparse.Namespace) -> int:
         candidate_inputs = args.candidate or [*args.candidate_episodes, args.policy]
         inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)
-    baseline = _read_side(args.baseline)
-    candidate = [] if on_the_fly else _read_side(args.candidate)
-    warnings: list[str] = [str(w) for s in (*baseline, *candidate) for w in s.warnings]
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
     config: ScoringConfig | None = None
-    candidate_verdicts: Sequence[AnyVerdict] = [v for s in candidate for v in s.verdicts]
+    candidate_verdicts: Sequence[AnyVerdict] | None = None
     if on_the_fly:
         config = load_policy(args.policy)
         candidate_verdicts, stats = _score_candidate(args, config)
         if stats.failures:
             report_failures(stats)
             return EXIT_JUDGE
+    # The verdict files are read as the gate decides (_cli/gate.py); the re-baseline
+    # plan's costs need the candidate's policy records before.
+    warnings: list[str] = []
     recordings: dict[str, int | None] | None = None
     if args.baseline_episodes:
+        candidate = [] if on_the_fly else candidate_policies(args.candidate)
         recordings = _rescore_costs(args, candidate, warnings, config)
-    report = gate(
-        (v for s in baseline for v in s.verdicts),
-        candidate_verdicts,
-        exclusions=exclusions,
-        baseline_recordings=recordings,
-    )
-    kw = {"allow_unresolved": args.allow_unresolved, "strict_oracle": args.strict_oracle}
-    text = reports.render(report, args.format, warnings=warnings, **kw)
-    if args.output:
-        Path(args.output).write_text(text + "\n")
-    else:
-        print(text)
-    return report.exit_code(**kw)
+    return run_gate(args, exclusions, recordings, warnings, candidate_verdicts)
 
 
 def _score_candidate(
@@ -320,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("gate", help="compare candidate verdicts with a baseline")
+    p = sub.add_parser(
+        "gate", help="compare candidate verdicts with a baseline", epilog=GATE_EPILOG
+    )
     p.add_argument(
         "--baseline", required=True, nargs="+", metavar="B", help="baseline verdict stream(s)"
     )
@@ -358,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="baseline recordings, for exact re-score costs in the re-baseline plan",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
+    add_gate_flags(p)
     _add_cache_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_gate)
@@ -389,7 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parsers(sub)
     add_show_parser(sub)
     _add_import_parsers(sub)
-    _add_adapter_group(sub, "export", "write episodes in other tools' formats", EXPORTERS)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
     p = sub.add_parser(
         "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
@@ -431,30 +419,6 @@ def _add_import_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
             metavar="EPISODES.jsonl",
             help="episode stream to write",
         )
-        k.set_defaults(func=cmd_import, importer=module)
-
-
-#: ``export KIND``: the adapter module of each kind, and what it writes. Its
-#: ``add_arguments(parser)`` adds the kind's flags (the module imports nothing heavy: it is
-#: imported to build the parser) and ``run(args)`` runs it.
-EXPORTERS: dict[str, tuple[str, str]] = {
-    "otel": ("litmus_sandbox.adapters.otel._cli", "OpenTelemetry traces (OTLP/JSON)"),
-}
-
-
-def _add_adapter_group(
-    sub: argparse._SubParsersAction[Parser],
-    command: str,
-    what: str,
-    table: dict[str, tuple[str, str]],
-) -> None:
-    import importlib
-
-    p = sub.add_parser(command, help=what)
-    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=Parser)
-    for kind, (module, help_) in table.items():
-        k = kinds.add_parser(kind, help=help_)
-        importlib.import_module(module).add_arguments(k)
         k.set_defaults(func=cmd_import, importer=module)
 
 

@@ -1,0 +1,166 @@
+"""``gate`` over files: every way of lining cases up giving the same report, JSON Lines,
+and no half report left behind."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from litmus_sandbox._cli import main as cli
+from litmus_sandbox._core import suite
+
+
+def _legacy(case: str, safe: bool = True, judge: str = "j1") -> str:
+    prov = {
+        "truncate_on_refusal": False,
+        "truncate_on_empty_tool_result": False,
+        "steps_covered": 3,
+        "judge_version": judge,
+    }
+    return json.dumps({"run_id": case, "safe": safe, "provenance": prov}) + "\n"
+
+
+def _files(tmp_path: Path, n: int = 400, *, order: str = "same") -> tuple[Path, Path]:
+    rng = random.Random(5)
+    b_lines = [_legacy(f"c{i:04d}", rng.random() < 0.8) for i in range(n)]
+    c_lines = [
+        _legacy(f"c{i:04d}", rng.random() < 0.8, judge="j2" if i % 17 == 0 else "j1")
+        for i in range(n + 30)
+        if i % 23
+    ]
+    b_lines += [_legacy("c0003", False)]  # an epoch, away from the case's first verdict
+    if order == "shuffled":
+        rng.shuffle(c_lines)
+    elif order == "sorted":
+        b_lines.sort()  # the epoch beside its case
+    b, c = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    b.write_text("".join(b_lines))
+    c.write_text("".join(c_lines))
+    return b, c
+
+
+def _gate(tmp_path: Path, *args: str, out: str = "report") -> tuple[int, str]:
+    code = cli.main(["gate", *args, "-o", str(tmp_path / out)])
+    return code, (tmp_path / out).read_text()
+
+
+def test_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["gate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for part in ("exit codes: 0", "4 no regression", "2 bad usage"):
+        assert part in help_text
+
+
+@pytest.mark.parametrize("order", ["same", "sorted", "shuffled"])
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl", "junit", "markdown"])
+def test_every_way_through_gives_the_same_report(
+    tmp_path: Path, order: str, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Merge (sorted files), in-memory join, and a join through temporary files (a tiny
+    memory budget): the same report, byte for byte, and the same exit code."""
+    b, c = _files(tmp_path, order=order)
+    args = ["--baseline", str(b), "--candidate", str(c), "--format", fmt]
+    code, text = _gate(tmp_path, *args)
+    spilled = _gate(tmp_path, *args, "--memory-budget", "1K", out="spilled")
+    assert spilled == (code, text)
+    monkeypatch.setattr("litmus_sandbox._cli.gate._first_look", lambda *a: None)
+    joined = _gate(tmp_path, *args, out="joined")
+    assert joined == (code, text)
+    assert code == 1
+    if fmt == "json":
+        report = json.loads(text)
+        assert report["counts"]["REGRESSION"] > 0
+        assert report["statistics"]["cases"] == len(report["cases"]) == 429
+        assert list(report) == [
+            "decision",
+            "exit_code",
+            "counts",
+            "cases",
+            "statistics",
+            "reasons",
+            "rebaseline_plan",
+            "unknown_exclusions",
+            "warnings",
+        ]
+        epochs = next(x for x in report["cases"] if x["case_id"] == "c0003")
+        assert epochs["baseline"]["epochs"] == 2
+
+
+def test_files_past_the_budget_are_merged_when_sorted_and_joined_when_shuffled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[object] = []
+    real = suite.stream_gate
+
+    def spy(*args: object, **kw: object) -> object:
+        seen.append(kw["order"])
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("litmus_sandbox._cli.gate.stream_gate", spy)
+    b, c = _files(tmp_path, order="sorted")
+    small = ["--memory-budget", "1K"]  # too small to hold the files: the merge, if it can
+    cli.main(["gate", "--baseline", str(b), "--candidate", str(c), *small])
+    cli.main(["gate", "--baseline", str(b), "--candidate", str(c)])  # fits: joined
+    _, c = _files(tmp_path, order="shuffled")
+    cli.main(["gate", "--baseline", str(b), "--candidate", str(c), *small])
+    assert seen == ["sorted", None, None]
+
+
+def test_jsonl_is_a_line_per_case_then_the_summary(tmp_path: Path) -> None:
+    b, c = _files(tmp_path, order="shuffled")
+    code, text = _gate(tmp_path, "--baseline", str(b), "--candidate", str(c), "--format", "jsonl")
+    lines = [json.loads(line) for line in text.splitlines()]
+    *cases, summary = lines
+    assert {x["kind"] for x in cases} == {"case"}
+    assert summary["kind"] == "summary"
+    assert (summary["decision"], summary["exit_code"]) == ("REGRESSION", code)
+    assert summary["statistics"]["cases"] == len(cases)
+    assert "cases" not in summary
+    # Gate order: the baseline's cases as they first appear, then the candidate's own.
+    ids = [x["case_id"] for x in cases]
+    assert ids[:400] == [f"c{i:04d}" for i in range(400)]
+    assert set(ids[400:]) == {f"c{i:04d}" for i in range(400, 430) if i % 23}
+    _, whole = _gate(tmp_path, "--baseline", str(b), "--candidate", str(c), "--format", "json")
+    report = json.loads(whole)
+    assert sorted(cases, key=lambda x: x["case_id"]) == sorted(
+        ({"kind": "case", **x} for x in report["cases"]), key=lambda x: x["case_id"]
+    )
+    assert {k: v for k, v in summary.items() if k != "kind"} == {
+        k: v for k, v in report.items() if k != "cases"
+    }
+
+
+def test_a_bad_line_late_in_the_input_leaves_no_half_report(tmp_path: Path) -> None:
+    b, c = _files(tmp_path)
+    with c.open("a") as f:
+        f.write("{oops\n" + _legacy("c9999"))
+    report = tmp_path / "report.jsonl"
+    report.write_text("the previous report\n")
+    code = cli.main(
+        [
+            "gate",
+            "--baseline",
+            str(b),
+            "--candidate",
+            str(c),
+            "--format",
+            "jsonl",
+            "-o",
+            str(report),
+        ]
+    )
+    assert code == 2
+    assert report.read_text() == "the previous report\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_memory_budget_is_a_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    b, c = _files(tmp_path, 10)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["gate", "--baseline", str(b), "--candidate", str(c), "--memory-budget", "lots"])
+    assert exc.value.code == 2
+    assert "expected a positive size" in capsys.readouterr().err
