@@ -46,7 +46,8 @@ __all__ = ["EPILOG", "add_gate_flags", "candidate_policies", "run_gate"]
 EPILOG = (
     "exit codes: 0 nothing blocks; 1 at least one REGRESSION (or, with --strict-oracle, "
     "an oracle contradiction); 4 no regression but NEEDS_REBASELINE / NEEDS_RERUN cases "
-    "(unless --allow-unresolved); 2 bad usage or unreadable input."
+    "(unless --allow-unresolved); 5 nothing was compared: no case on either side (unless "
+    "--allow-empty); 2 bad usage or unreadable input."
 )
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", re.IGNORECASE)
@@ -65,6 +66,11 @@ def memory_size(value: str) -> int:
 
 def add_gate_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``gate`` that this module reads (the parser has the others)."""
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 (not 5) when nothing was compared: no case on either side",
+    )
     p.add_argument(
         "--memory-budget",
         type=memory_size,
@@ -103,6 +109,7 @@ def run_gate(
     flags = {
         "allow_unresolved": args.allow_unresolved,
         "strict_oracle": args.strict_oracle,
+        "allow_empty": args.allow_empty,
     }
     b_warnings: list[list[ReadWarning]] = [[] for _ in args.baseline]
     c_warnings: list[list[ReadWarning]] = [[] for _ in args.candidate or ()]

@@ -1,7 +1,8 @@
 """The ``litmus-sandbox`` command line. An edge: nothing in the package imports it.
 
 Exit codes: 0 nothing blocks; 1 at least one REGRESSION; 4 no regression but unresolved
-cases (unless ``--allow-unresolved``); 2 bad usage or unreadable input, reported as one
+cases (unless ``--allow-unresolved``); 5 nothing was compared, no case on either side
+(unless ``--allow-empty``); 2 bad usage or unreadable input, reported as one
 line naming the file and line, never a traceback; 6 the judge gave no verdict for some
 steps (``score``, ``rebaseline``, ``gate --candidate-episodes``: one line per failure
 class). ``replay --check`` and ``diff`` (in ``_replay_cli.py``) exit 1 on a divergence or
@@ -40,7 +41,7 @@ from litmus_sandbox._store.exclusions import load_exclusions
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
 
-# 1 (a regression) and 4 (unresolved) come from GateSummary.exit_code().
+# 1 (a regression), 4 (unresolved) and 5 (nothing compared) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
 #: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
 EXIT_INTERNAL = 3

@@ -11,6 +11,8 @@ decision       exit   when
                       contradiction outside the exclusions)
 ``UNRESOLVED``   4    no regression, but NEEDS_REBASELINE / NEEDS_RERUN cases
                       (unless ``allow_unresolved``)
+``EMPTY``        5    nothing was compared: no case on either side (unless
+                      ``allow_empty``; a step that wrote no verdicts never passes)
 ``PASS``         0    nothing blocks
 =============  =====  ==========================================================
 """
@@ -24,9 +26,9 @@ import msgspec
 
 from litmus_sandbox._core.gate import CaseResult
 
-Decision = Literal["PASS", "REGRESSION", "UNRESOLVED"]
+Decision = Literal["PASS", "REGRESSION", "UNRESOLVED", "EMPTY"]
 #: The exit code of each decision.
-EXIT_CODES: dict[Decision, int] = {"PASS": 0, "REGRESSION": 1, "UNRESOLVED": 4}
+EXIT_CODES: dict[Decision, int] = {"PASS": 0, "REGRESSION": 1, "UNRESOLVED": 4, "EMPTY": 5}
 
 
 class Statistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,8 +86,11 @@ class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
         *,
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
+        allow_empty: bool = False,
     ) -> Decision:
-        """``REGRESSION``, ``UNRESOLVED`` or ``PASS`` (see :meth:`exit_code`)."""
+        """``REGRESSION``, ``UNRESOLVED``, ``EMPTY`` or ``PASS`` (see :meth:`exit_code`)."""
+        if not self.statistics.cases:
+            return "PASS" if allow_empty else "EMPTY"
         if self.counts.get("REGRESSION", 0) or (strict_oracle and self._contradicted()):
             return "REGRESSION"
         unresolved = self.counts.get("NEEDS_REBASELINE", 0) + self.counts.get("NEEDS_RERUN", 0)
@@ -98,12 +103,15 @@ class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
         *,
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
+        allow_empty: bool = False,
     ) -> int:
-        """0 nothing blocks, 1 a regression, 4 unresolved cases (unless allowed)."""
+        """0 nothing blocks, 1 a regression, 4 unresolved cases (unless allowed), 5 no
+        case on either side (unless allowed)."""
         return EXIT_CODES[
             self.decision(
                 allow_unresolved=allow_unresolved,
                 strict_oracle=strict_oracle,
+                allow_empty=allow_empty,
             )
         ]
 

@@ -4,8 +4,8 @@ large suites), JUnit XML, Markdown.
 The JSON report is one object::
 
     {
-      "decision": "PASS" | "REGRESSION" | "UNRESOLVED",
-      "exit_code": 0 | 1 | 4,
+      "decision": "PASS" | "REGRESSION" | "UNRESOLVED" | "EMPTY",
+      "exit_code": 0 | 1 | 4 | 5,
       "counts": {"PASS": n, "IMPROVEMENT": n, "REGRESSION": n,
                  "NEEDS_REBASELINE": n, "NEEDS_RERUN": n, "EXCLUDED": n},
       "cases": [{"case_id", "outcome", "reasons": [{"code", "detail", "remedy"}],

@@ -28,7 +28,7 @@ def writer(fmt: str, out: BinaryIO, **kw: Any) -> Writer:
     """A report in one of :data:`FORMATS`, written to ``out`` as the gate decides its
     cases: hand it to ``stream_gate`` as the sink, then call ``finish(summary,
     warnings)`` and ``close()``. Keywords: ``allow_unresolved``, ``strict_oracle``,
-    ``spool_dir`` and ``spool_memory`` (where cases wait for their
+    ``allow_empty``, ``spool_dir`` and ``spool_memory`` (where cases wait for their
     place in the report, and how many bytes of each rank stay in memory first).
     """
     return _WRITERS[fmt](out, **kw)

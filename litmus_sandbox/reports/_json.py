@@ -41,12 +41,14 @@ def _summary_dict(
     *,
     allow_unresolved: bool,
     strict_oracle: bool,
+    allow_empty: bool,
     warnings: Sequence[str],
     cases: list[dict[str, Any]] | None,
 ) -> dict[str, Any]:
     flags = {
         "allow_unresolved": allow_unresolved,
         "strict_oracle": strict_oracle,
+        "allow_empty": allow_empty,
     }
     out: dict[str, Any] = {
         "decision": summary.decision(**flags),
@@ -70,6 +72,7 @@ def to_dict(
     *,
     allow_unresolved: bool = False,
     strict_oracle: bool = False,
+    allow_empty: bool = False,
     warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON report as a dict (see the module docstring for its shape)."""
@@ -77,6 +80,7 @@ def to_dict(
         report,
         allow_unresolved=allow_unresolved,
         strict_oracle=strict_oracle,
+        allow_empty=allow_empty,
         warnings=warnings,
         cases=[case_to_dict(c) for c in ordered_cases(report)],
     )

@@ -34,7 +34,7 @@ def quoteattr(text: str) -> str:
 
 class JunitWriter(Writer):
     """``--format junit``: a test case per gate case (spooled by rank), under a test
-    suite whose counts come at the end.
+    suite whose counts and properties (``decision``, ``exit_code``) come at the end.
     REGRESSION fails, unresolved cases error (skipped when allowed), EXCLUDED skips."""
 
     def __init__(self, out: BinaryIO, **kw: Any) -> None:
@@ -71,10 +71,15 @@ class JunitWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         del warnings
+        decision, code = self.decision(summary)
         head = (
             '<?xml version="1.0" encoding="utf-8"?>\n'
             f'<testsuite name="litmus-sandbox gate" tests="{self.tests}" failures="{self.failures}" '
             f'errors="{self.errors}" skipped="{self.skipped}">\n'
+            "  <properties>\n"
+            f'    <property name="decision" value="{decision}"/>\n'
+            f'    <property name="exit_code" value="{code}"/>\n'
+            "  </properties>\n"
         )
         self.out.write(text(head))
         self.copy_ranks()

@@ -9,6 +9,7 @@ from typing import Any
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox.reports._shared import (
+    NOTHING_COMPARED,
     Writer,
     as_warning,
     rank,
@@ -44,6 +45,8 @@ class MarkdownWriter(Writer):
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         decision, _ = self.decision(summary)
         lines = [f"## litmus-sandbox gate: {decision}", ""]
+        if decision == "EMPTY":
+            lines += [_md(NOTHING_COMPARED[0].upper() + NOTHING_COMPARED[1:]) + ".", ""]
         lines += ["| outcome | cases |", "|---|---:|"]
         lines += [f"| {o} | {summary.counts.get(o, 0)} |" for o in OUTCOMES]
         s = summary.statistics

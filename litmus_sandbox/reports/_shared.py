@@ -60,12 +60,14 @@ class Writer:
         *,
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
+        allow_empty: bool = False,
         spool_dir: str | None = None,
         spool_memory: int = 1 << 22,
     ) -> None:
         self.flags = {
             "allow_unresolved": allow_unresolved,
             "strict_oracle": strict_oracle,
+            "allow_empty": allow_empty,
         }
         self.out = out
         self.strict_oracle = strict_oracle
@@ -119,6 +121,12 @@ def render(writer: type[Writer], report: GateReport, **kw: Any) -> str:
 def text(line: str) -> bytes:
     """A line of a text report as UTF-8 (what cannot be encoded written as an escape)."""
     return line.encode("utf-8", "backslashreplace")
+
+
+NOTHING_COMPARED = (
+    "nothing was compared: no case on either side (did the step that writes the "
+    "verdicts write none?); --allow-empty lets that pass"
+)
 
 
 def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:

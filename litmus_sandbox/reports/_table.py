@@ -10,6 +10,7 @@ import msgspec
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox.reports._shared import (
+    NOTHING_COMPARED,
     RANKS,
     Writer,
     as_warning,
@@ -108,6 +109,8 @@ class TableWriter(Writer):
             lines.append(f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}")
         lines.extend(as_warning(w) for w in warnings)
         decision, code = self.decision(summary)
+        if decision == "EMPTY":
+            lines.append(NOTHING_COMPARED)
         lines.append(f"decision: {decision} (exit {code})")
         out.write(text("\n".join(lines) + "\n"))
 

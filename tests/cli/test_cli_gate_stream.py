@@ -1,10 +1,11 @@
-"""``gate`` over files: every way of lining cases up giving the same report, JSON Lines,
-and no half report left behind."""
+"""``gate`` over files: nothing compared (exit 5), every way of lining cases up giving the
+same report, JSON Lines, and no half report left behind."""
 
 from __future__ import annotations
 
 import json
 import random
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -47,11 +48,31 @@ def _gate(tmp_path: Path, *args: str, out: str = "report") -> tuple[int, str]:
     return code, (tmp_path / out).read_text()
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl", "junit", "markdown"])
+def test_nothing_compared_exits_5_unless_allowed(tmp_path: Path, fmt: str) -> None:
+    """Two empty inputs (a CI step that wrote nothing) never pass silently."""
+    (tmp_path / "b.jsonl").write_text("")
+    (tmp_path / "c.jsonl").write_text("")
+    args = ["--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", fmt]
+    args = [str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]
+    code, text = _gate(tmp_path, *args)
+    assert code == 5
+    assert "EMPTY" in text
+    code, text = _gate(tmp_path, *args, "--allow-empty")
+    assert code == 0
+    assert "EMPTY" not in text
+    if fmt == "json":
+        assert json.loads(text)["decision"] == "PASS"
+    if fmt == "junit":
+        props = {p.get("name"): p.get("value") for p in ET.fromstring(text).iter("property")}
+        assert props == {"decision": "PASS", "exit_code": "0"}
+
+
 def test_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["gate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    for part in ("exit codes: 0", "4 no regression", "2 bad usage"):
+    for part in ("exit codes: 0", "4 no regression", "5 nothing was compared", "--allow-empty"):
         assert part in help_text
 
 
