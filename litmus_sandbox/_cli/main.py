@@ -379,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parsers(sub)
     add_show_parser(sub)
     _add_import_parsers(sub)
+    _add_adapter_group(sub, "export", "write episodes in other tools' formats", EXPORTERS)
+    _add_adapter_group(sub, "run", "run other harnesses' workloads, recorded", RUNNERS)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
     p = sub.add_parser(
         "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
@@ -420,6 +422,37 @@ def _add_import_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
             metavar="EPISODES.jsonl",
             help="episode stream to write",
         )
+        k.set_defaults(func=cmd_import, importer=module)
+
+
+#: ``export KIND``: the adapter module of each kind, and what it writes. Its
+#: ``add_arguments(parser)`` adds the kind's flags (the module imports nothing heavy: it is
+#: imported to build the parser) and ``run(args)`` runs it.
+EXPORTERS: dict[str, tuple[str, str]] = {
+    "otel": ("litmus_sandbox.adapters.otel._cli", "OpenTelemetry traces (OTLP/JSON)"),
+}
+#: ``run KIND``: as :data:`EXPORTERS`, for the workloads of other harnesses.
+RUNNERS: dict[str, tuple[str, str]] = {
+    "agentdojo": (
+        "litmus_sandbox.adapters.agentdojo._cli",
+        "AgentDojo suites, every call recorded",
+    ),
+}
+
+
+def _add_adapter_group(
+    sub: argparse._SubParsersAction[Parser],
+    command: str,
+    what: str,
+    table: dict[str, tuple[str, str]],
+) -> None:
+    import importlib
+
+    p = sub.add_parser(command, help=what)
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=Parser)
+    for kind, (module, help_) in table.items():
+        k = kinds.add_parser(kind, help=help_)
+        importlib.import_module(module).add_arguments(k)
         k.set_defaults(func=cmd_import, importer=module)
 
 
