@@ -2,15 +2,15 @@
 
     python bench/egress_bench.py [--requests 2000] [--clients 8] [--seconds 3]
                                  [--throughput-rounds 3] [--backend asyncio|trio]
-                                 [--mitmdump PATH] [--baseline TREE]
+                                 [--mitmdump PATH] [--baseline [NAME=]TREE ...]
 
 Child processes serve the same workload: a minimal keep-alive HTTP server (asyncio,
 fixed 2-byte answer); our :class:`ForwardProxy` recording into an :class:`EgressProbe`;
 the **h11 floor**, a relay written here (h11 parses the request, frames it upstream,
 parses the response and frames it back: the events the proxy itself handles, with no
-policy, no recording, no checks, one straight loop over asyncio streams), which tells how
-much of our cost is h11 itself; ``mitmdump --mode regular`` (when found: ``--mitmdump``,
-``.venv/bin/mitmdump`` or PATH); and with ``--baseline TREE`` the proxy of another
+policy, no recording, no checks, all from asyncio's protocol callbacks, with no task),
+which tells how much of our cost is h11 itself; ``mitmdump --mode regular`` (when found: ``--mitmdump``,
+``.venv/bin/mitmdump`` or PATH); and with ``--baseline [NAME=]TREE`` the proxy of another
 source tree (a checkout of an earlier commit, imported through ``PYTHONPATH``), so that
 before and after are measured in the same rounds. The client (this process, raw asyncio
 streams, so it is not the bottleneck) sends small GETs over kept-alive connections:
@@ -48,6 +48,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import h11
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 
@@ -94,60 +96,91 @@ def _run_proxy(backend: str) -> None:
     anyio.run(serve, backend=backend)
 
 
-async def _floor_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """The h11 floor's relay for one client connection (absolute-form requests to one
-    upstream, kept alive both sides): what no h11-based proxy can go below."""
-    import h11
+class _FloorClient(asyncio.Protocol):
+    """The h11 floor, client side: what no h11-based proxy can go below. h11 parses each
+    request and frames it upstream, and frames back the response :class:`_FloorUpstream`
+    parses, all from the loop's callbacks (no task, no await); absolute-form GETs to one
+    upstream, kept alive on both sides."""
 
-    down = h11.Connection(h11.SERVER)
-    upstream: tuple[h11.Connection, asyncio.StreamReader, asyncio.StreamWriter] | None = None
-    try:
-        while True:
-            event = down.next_event()
-            if event is h11.NEED_DATA:
-                down.receive_data(await reader.read(65536))
-                continue
-            if type(event) is not h11.Request:
-                return  # the client closed
-            authority, _, path = event.target.removeprefix(b"http://").partition(b"/")
-            if upstream is None:
-                host, _, port = authority.rpartition(b":")
-                opened = await asyncio.open_connection(host.decode(), int(port))
-                upstream = (h11.Connection(h11.CLIENT), *opened)
-            up, up_reader, up_writer = upstream
-            request = h11.Request(method=event.method, target=b"/" + path, headers=event.headers)
-            out = up.send(request)
-            while type(event) is not h11.EndOfMessage:  # the request body, if any
-                event = down.next_event()
-                if not isinstance(event, h11.Event):  # NEED_DATA
-                    down.receive_data(await reader.read(65536))
-                    continue
-                out += up.send(event) or b""
-            up_writer.write(out)
-            back = b""
-            while True:
-                event = up.next_event()
-                if not isinstance(event, h11.Event):  # NEED_DATA
-                    if back:
-                        writer.write(back)
-                        back = b""
-                    up.receive_data(await up_reader.read(65536))
-                    continue
-                back += down.send(event) or b""
-                if type(event) is h11.EndOfMessage:
-                    break
-            writer.write(back)
-            await writer.drain()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.h11 = h11.Connection(h11.SERVER)
+        self.upstream: _FloorUpstream | None = None
+        self.pending = b""  # what goes upstream once it is connected
+
+    def data_received(self, data: bytes) -> None:
+        self.h11.receive_data(data)
+        self.process()
+
+    def process(self) -> None:
+        conn = self.h11
+        out = b""
+        while isinstance(event := conn.next_event(), h11.Event):  # until NEED_DATA or PAUSED
+            if type(event) is h11.Request:
+                authority, _, path = event.target.removeprefix(b"http://").partition(b"/")
+                target = b"/" + path
+                event = h11.Request(method=event.method, target=target, headers=event.headers)
+                if self.upstream is None:
+                    self.upstream = self.connect(authority)
+            elif type(event) is h11.ConnectionClosed:
+                break
+            assert self.upstream is not None
+            out += self.upstream.h11.send(event) or b""
+        if out:
+            self.upstream_write(out)
+
+    def connect(self, authority: bytes) -> _FloorUpstream:
+        host, _, port = authority.rpartition(b":")
+        upstream = _FloorUpstream(self)
+        loop = asyncio.get_running_loop()
+        connecting = loop.create_connection(lambda: upstream, host.decode(), int(port))
+        self.connecting = loop.create_task(connecting)
+        return upstream
+
+    def upstream_write(self, data: bytes) -> None:
+        assert self.upstream is not None
+        if self.upstream.transport is None:
+            self.pending += data
+        else:
+            self.upstream.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+
+class _FloorUpstream(asyncio.Protocol):
+    """The h11 floor, upstream side: parses the response and has the client side frame it."""
+
+    def __init__(self, client: _FloorClient) -> None:
+        self.client = client
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.client.pending:
+            transport.write(self.client.pending)
+            self.client.pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        conn, down = self.h11, self.client.h11
+        conn.receive_data(data)
+        out = b""
+        while isinstance(event := conn.next_event(), h11.Event):  # until NEED_DATA or PAUSED
+            out += down.send(event) or b""
+        self.client.transport.write(out)
+        if conn.our_state is conn.their_state is h11.DONE:
+            conn.start_next_cycle()
             down.start_next_cycle()
-            up.start_next_cycle()
-    finally:
-        writer.close()
-        if upstream is not None:
-            upstream[2].close()
+            self.client.process()  # a request that came before this response ended
 
 
 async def _run_floor() -> None:
-    server = await asyncio.start_server(_floor_connection, "127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_FloorClient, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()
@@ -303,7 +336,11 @@ def main() -> None:
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--mitmdump", default=None, help="path to mitmdump")
     parser.add_argument(
-        "--baseline", default=None, metavar="TREE", help="also measure the proxy of this tree"
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="[NAME=]TREE",
+        help="also measure the proxy of this source tree (repeatable)",
     )
     parser.add_argument("--role", choices=["upstream", "proxy", "floor"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -332,9 +369,10 @@ def main() -> None:
         children.append(upstream)
         origin = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{up_port}\r\n\r\n"
         targets = [Target("direct", up_port, origin.encode(), upstream.pid)]
-        if args.baseline:
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.baseline)}
-            targets.append(start("baseline", proxy, absolute, env))
+        for i, given in enumerate(args.baseline):
+            name, _, tree = given.rpartition("=")
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+            targets.append(start(name or f"baseline{i or ''}", proxy, absolute, env))
         targets.append(start("litmus", proxy, absolute))
         targets.append(start("h11 floor", [*me, "--role", "floor"], absolute))
         exe = _find_mitmdump(args.mitmdump)
