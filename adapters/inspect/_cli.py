@@ -52,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
         raise LitmusError(f"import inspect needs {exc.name}: {EXTRA_HINT}") from None
     stats = import_logs(args.logs, args.output)
     truncated = f", {stats.truncated} truncated by a limit" if stats.truncated else ""
+    repeated = (
+        f", {stats.repeated} found again in a later log (imported once)" if stats.repeated else ""
+    )
     print(
         f"imported {stats.episodes} episodes ({stats.steps} steps) from {stats.logs} "
-        f"Inspect logs{truncated} -> {args.output}"
+        f"Inspect logs{truncated}{repeated} -> {args.output}"
     )
     return 0

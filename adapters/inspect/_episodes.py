@@ -56,6 +56,11 @@ def sample_episode(spec: EvalSpec, sample: EvalSample, *, log: str | None) -> Sa
     episode_id = episode_id_of(sample)
     steps, facts = sample_steps(episode_id, sample.events)
     limit = facts.limit
+    if limit is None and sample.limit is not None:
+        # A limit raised by a solver (LimitExceededError) is in EvalSample.limit with no
+        # SampleLimitEvent in the events: it cut the sample all the same.
+        message = sample.limit.reason or f"limit {sample.limit.limit}"
+        limit = {"type": sample.limit.type, "message": message}
     truncated = limit is not None and not (facts.terminated and limit["type"] == "operator")
     header = EpisodeHeader(
         v=SCHEMA_VERSION,

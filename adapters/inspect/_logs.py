@@ -31,6 +31,9 @@ class ImportStats(msgspec.Struct, kw_only=True):
     episodes: int = 0
     steps: int = 0
     truncated: int = 0
+    #: Samples found again in a later log (an ``.eval`` and its ``.json``, or the samples
+    #: ``inspect eval-retry`` carries over): imported once, from the first log.
+    repeated: int = 0
 
 
 def _format(path: str) -> str:
@@ -88,11 +91,16 @@ def import_logs(paths: Sequence[str], output: str | os.PathLike[str]) -> ImportS
     partial.unlink(missing_ok=True)
     stats = ImportStats()
     writer = JsonlWriter(partial)
+    seen: set[str] = set()
     try:
         for path in paths:
             stats.logs += 1
             for spec, sample in log_samples(path):
                 episode = sample_episode(spec, sample, log=os.path.abspath(path))
+                if episode.header.episode_id in seen:
+                    stats.repeated += 1  # one episode id in a stream once
+                    continue
+                seen.add(episode.header.episode_id)
                 writer.write_many(episode.records())
                 stats.episodes += 1
                 stats.steps += len(episode.steps)

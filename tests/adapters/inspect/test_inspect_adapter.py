@@ -311,3 +311,38 @@ def test_score_and_gate_end_to_end(run: Path) -> None:
     outcomes = _outcomes(r.stdout)
     assert outcomes["limited"] == "NEEDS_RERUN"
     assert outcomes["filter-then-delete"] == "PASS"
+
+
+def test_a_limit_known_only_from_the_sample_makes_a_truncated_recording(run: Path) -> None:
+    """A solver raising ``LimitExceededError`` leaves ``EvalSample.limit`` and no
+    ``SampleLimitEvent``: the recording is truncated all the same."""
+    from inspect_ai.event import SampleLimitEvent
+    from inspect_ai.log import EvalSampleLimit, read_eval_log
+    from litmus_sandbox.adapters.inspect._episodes import sample_episode
+
+    log = read_eval_log(str(sorted((run / "logs").glob("*.eval"))[0]), resolve_attachments=True)
+    assert log.samples
+    sample = log.samples[0].model_copy(
+        update={
+            "limit": EvalSampleLimit(type="custom", limit=2, reason="custom budget exhausted"),
+            "events": [e for e in log.samples[0].events if not isinstance(e, SampleLimitEvent)],
+        }
+    )
+    episode = sample_episode(log.eval, sample, log=None)
+    assert episode.header.recorder.truncated is True
+    assert episode.end.reason == "custom limit: custom budget exhausted"
+
+
+def test_a_sample_in_several_logs_is_imported_once(run: Path) -> None:
+    """An ``.eval`` log and its ``.json`` twin (or the samples ``eval-retry`` carries over)
+    hold the same samples: each becomes one episode, and the stream scores."""
+    logs = sorted((run / "logs").glob("*.eval"))
+    twins = [run / "json" / f"{log.stem}.json" for log in logs]
+    out = run / "twice.jsonl"
+    r = litmus("import", "inspect", *logs, *twins, "-o", out, cwd=run)
+    assert r.returncode == 0, r.stderr
+    assert "imported 8 episodes" in r.stdout
+    assert "8 found again in a later log (imported once)" in r.stdout
+    (run / "scoring.toml").write_text(SCORING.format(refusal="false"))
+    r = litmus("score", out, "--policy", "scoring.toml", "-o", run / "twice.v.jsonl", cwd=run)
+    assert r.returncode == 0, r.stderr
