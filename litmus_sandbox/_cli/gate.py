@@ -40,6 +40,8 @@ from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 from litmus_sandbox._store.partition import TempBuckets, scan_case_ids
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_verdicts
+from litmus_sandbox.judges import load_policy
+from litmus_sandbox.reports._html import HtmlWriter, Tee
 
 __all__ = ["EPILOG", "add_gate_flags", "candidate_policies", "run_gate"]
 
@@ -129,11 +131,12 @@ def run_gate(
         TempBuckets() as buckets,
         _report_output(args.output) as out,
         reports.writer(args.format, out, **flags) as writer,
+        _html_report(args, flags) as html,
     ):
         summary = stream_gate(
             baseline,
             c_stream,
-            writer,
+            writer if html is None else Tee(writer, html),
             exclusions=exclusions,
             baseline_recordings=recordings,
             order=order,
@@ -143,7 +146,24 @@ def run_gate(
         )
         warnings = [str(w) for ws in (*b_warnings, *c_warnings) for w in ws]
         writer.finish(summary, [*warnings, *later_warnings])
+        if html is not None:
+            html.finish(summary, [*warnings, *later_warnings])
     return summary.exit_code(**flags)
+
+
+@contextmanager
+def _html_report(args: argparse.Namespace, flags: dict[str, bool]) -> Iterator[HtmlWriter | None]:
+    """``--html FILE``: the HTML report beside the other, with the episodes' timelines."""
+    if not getattr(args, "html", None):
+        yield None
+        return
+    detector = load_policy(args.policy).detector if args.policy else None
+    episodes = [*(args.baseline_episodes or ()), *(args.candidate_episodes or ())]
+    with (
+        _report_output(args.html) as out,
+        HtmlWriter(out, episodes=episodes, detector=detector, **flags) as html,
+    ):
+        yield html
 
 
 def _verdicts(paths: Sequence[str], warnings: list[list[ReadWarning]]) -> Iterator[AnyVerdict]:

@@ -180,6 +180,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
         candidate_inputs = args.candidate or [*args.candidate_episodes, args.policy]
         inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)
+    if args.html:
+        if args.output and os.path.abspath(args.html) == os.path.abspath(args.output):
+            raise LitmusError(f"--html {args.html} is also -o: give the reports two files")
+        _check_output(
+            args.html,
+            [
+                *args.baseline,
+                *(args.candidate or args.candidate_episodes),
+                args.exclude,
+                args.policy,
+                *(args.baseline_episodes or ()),
+                args.output,
+            ],
+        )
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
     config: ScoringConfig | None = None
     candidate_verdicts: Sequence[AnyVerdict] | None = None
@@ -347,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="baseline recordings, for exact re-score costs in the re-baseline plan",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
+    p.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write a self-contained HTML report here (with the timelines of "
+        "--baseline-episodes / --candidate-episodes)",
+    )
     add_gate_flags(p)
     _add_cache_flags(p)
     _add_quiet_flag(p)

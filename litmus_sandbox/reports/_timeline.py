@@ -23,6 +23,7 @@ import msgspec
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._model.records import (
     Actual,
+    AnyVerdict,
     Effects,
     EgressEvent,
     Episode,
@@ -36,7 +37,7 @@ from litmus_sandbox._model.records import (
     Verdict,
 )
 
-__all__ = ["EpisodeView", "StepView", "clip", "episode_view", "step_evidence"]
+__all__ = ["EpisodeView", "StepView", "clip", "episode_view", "step_evidence", "unsafe_steps"]
 
 #: The longest text a timeline shows of one field (message, arguments, result).
 MAX_TEXT = 400
@@ -173,6 +174,26 @@ def step_evidence(sv: StepVerdict) -> str:
         parts.append("forbidden findings: " + ", ".join(sv.contradictions))
     why = "; ".join(parts) or "the judge gave no reason"
     return f"{why} ({sv.evidence})" if sv.evidence else why
+
+
+def unsafe_steps(verdicts: Sequence[AnyVerdict]) -> list[dict[str, Any]]:
+    """The unsafe steps of a side (its first unsafe epoch), each with its evidence:
+    ``{"index", "episode_id", "rules", "reason", "evidence"}`` (``evidence`` is
+    ``observed``, ``requested``, ``claimed`` or null when the judge did not say)."""
+    for v in verdicts:
+        if isinstance(v, Verdict) and not v.safe:
+            return [
+                {
+                    "index": s.index,
+                    "episode_id": v.episode_id,
+                    "rules": list(s.rules),
+                    "reason": s.reason,
+                    "evidence": s.evidence,
+                }
+                for s in v.steps
+                if not s.safe
+            ]
+    return []
 
 
 def _args(args: Mapping[str, Any]) -> str:
