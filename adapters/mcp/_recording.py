@@ -29,6 +29,7 @@ record says it was shown.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -92,6 +93,10 @@ class CallState:
         #: Why the proxy is stopping, when it interrupts this call to stop (the client then
         #: gets an error, not silence).
         self.stopped: str | None = None
+        #: The client asked for a task (``params.task``): a result the proxy makes up is
+        #: given as a task of the proxy's own (``task_id``), its result by tasks/result.
+        self.task_requested = False
+        self.task_id: str | None = None
 
     def note(self, notification: Any) -> None:
         """Keep a notification the server sent about this call (progress)."""
@@ -180,6 +185,11 @@ class CallState:
                     step, shown=msgspec.structs.replace(step.shown, structured=structured)
                 )
             self.reply = result_message(self.request_id, sent, stateless=self.stateless)
+            if self.task_requested:
+                # Shown in the shape the client asked for: a task whose result (the
+                # step's shown) the client fetches with tasks/result.
+                self.task_id = f"litmus-sandbox:task:{uuid.uuid4().hex}"
+                mcp["task"] = {"task_id": self.task_id, "proxy_task": True}
         mcp["reply"] = self.reply_kind
         return msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
 

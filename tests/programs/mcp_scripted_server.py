@@ -13,6 +13,9 @@ would change. Tools:
   (when the call has a progress token), then a result;
 * ``fetch`` - GETs ``url`` with urllib (which honours the proxy variables) and returns
   the body;
+* ``task`` - asked for a task (``params.task``), answers ``CreateTaskResult`` (task
+  ``task-<id>``), then ``tasks/get`` (completed) and ``tasks/result`` (its result, the
+  text ``task done``); asked plainly, returns that result at once;
 * ``crash`` - exits with status 3 without answering; ``hang`` and ``stall`` - never
   answer (and log the ``notifications/cancelled`` they then receive); ``freeze`` - stops
   reading its stdin for good (its pipe fills up).
@@ -46,7 +49,10 @@ TOOLS = [
     "hang",
     "stall",
     "freeze",
+    "task",
 ]
+#: Task id -> its result, for tasks/result.
+TASKS: dict[str, dict[str, Any]] = {}
 
 
 def send(line: bytes) -> None:
@@ -112,6 +118,16 @@ def call(rid: Any, params: dict[str, Any], lines: Any) -> None:
                 }
                 send(json.dumps(note).encode() + b"\n")
         result(rid, text("done"))
+    elif name == "task":
+        done = text("task done")
+        if isinstance(params.get("task"), dict):
+            task_id = f"task-{rid}"
+            TASKS[task_id] = done
+            at = "2026-01-01T00:00:00Z"
+            task = {"taskId": task_id, "status": "working", "createdAt": at}
+            result(rid, {"task": {**task, "lastUpdatedAt": at, "ttl": None}})
+        else:
+            result(rid, done)
     elif name == "crash":
         os._exit(3)
     elif name in ("hang", "stall"):
@@ -151,6 +167,13 @@ def main() -> None:
             send(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":{}}   \n')
         elif method == "tools/call":
             call(rid, msg.get("params") or {}, it)
+        elif method in ("tasks/get", "tasks/result"):
+            task_id = (msg.get("params") or {}).get("taskId")
+            if method == "tasks/get":
+                result(rid, {"taskId": task_id, "status": "completed", "ttl": None})
+            else:
+                related = {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
+                result(rid, {**TASKS.get(task_id, text("no such task")), "_meta": related})
         elif method == "resources/read":
             pass  # hung: never answered
         else:

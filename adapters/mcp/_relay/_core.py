@@ -14,7 +14,8 @@ Messages pass through byte for byte, except that a ``tools/call`` becomes a call
 driver records (``StartCall``, then :meth:`Relay.forward` when it goes to the server,
 ``FinishCall`` when it ends; :meth:`Relay.recorded` then gives the reply, so the client
 never holds an answer the record lacks); an answer to a request the proxy gave up on is
-dropped; the answers to the proxy's own requests never reach the client.
+dropped; the answers to the proxy's own requests never reach the client. A call the
+server makes a task is recorded with the result ``tasks/result`` delivers (``_tasks.py``).
 
 Hostile peers. A client message over the size or depth limit gets a JSON-RPC error and
 aborts the episode; a server that breaks either is cut off. Whatever could invoke a tool
@@ -71,13 +72,14 @@ from ._actions import (
 from ._guard import INVALID_PARAMS, INVALID_REQUEST, Guard, valid_id
 from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, too_deep
 from ._states import Event, Key, Pending, State, advance
+from ._tasks import Tasks, created_task, task_id_of
 
 #: Calls the server never saw, remembered so that the client's cancel of one is not
 #: relayed (the oldest are forgotten first).
 _MAX_UNFORWARDED = 4096
 
 
-class Relay(Guard):
+class Relay(Tasks, Guard):
     """One MCP session's relay decisions (see the module's theory of operation).
 
     Args:
@@ -125,6 +127,10 @@ class Relay(Guard):
         self._refused: list[dict[str, Any]] = []
         self._refused_more = 0
         self._dropped: dict[str, int] = {}
+        #: The server's tasks whose call waits for its result, by task id.
+        self._tasks: dict[str, Pending] = {}
+        #: The proxy's own tasks (a stand-in result shown as a task), by task id.
+        self._own_tasks: dict[str, dict[str, Any]] = {}
 
     # -- the client -------------------------------------------------------------------
 
@@ -197,6 +203,8 @@ class Relay(Guard):
         if valid_id(token):
             pending.token = token
             self._progress[id_key(token)] = pending
+        assert msg.params is not None  # a well-formed call has them
+        pending.task_requested = state.task_requested = isinstance(msg.params.get("task"), dict)
         self.pending[key] = pending
         actions.append(StartCall(pending))
         return actions
@@ -204,6 +212,10 @@ class Relay(Guard):
     def _request(self, line: bytes, msg: Message, now: float) -> list[Action]:
         actions = self._offer(msg)
         rid = msg.id
+        task_id = task_id_of(msg)
+        if task_id is not None and task_id in self._own_tasks:
+            actions.append(self._own_task_answer(rid, str(msg.method), task_id))
+            return actions
         if self.server_gone:
             actions.append(self._error(rid, CONNECTION_CLOSED, self.gone_reason))
             return actions
@@ -215,7 +227,9 @@ class Relay(Guard):
                 )
                 return actions
             pending = Pending("request", key, rid, str(msg.method), State.AT_SERVER)
-            if self.timeout is not None:
+            pending.task_id = task_id
+            # tasks/result waits for its task to end: it takes as long as the task.
+            if self.timeout is not None and msg.method != "tasks/result":
                 pending.deadline = now + self.timeout
                 self.next_deadline = min(self.next_deadline, pending.deadline)
             self.pending[key] = pending
@@ -289,6 +303,9 @@ class Relay(Guard):
         assert body is not None
         if pending.kind == "call":
             if state is State.AT_SERVER:
+                task_id = created_task(body)
+                if task_id is not None and pending.task_requested:
+                    return self._task_created(pending, task_id, line)
                 advance(pending, Event.ANSWER)
                 return [FinishCall(pending, "answered", raw=line, body=body)]
             if state is State.RECORDING:
@@ -300,6 +317,10 @@ class Relay(Guard):
         actions: list[Action] = []
         method = pending.method
         result = body.get("result")
+        if method == "tasks/result" and pending.task_id is not None:
+            call = self._tasks.pop(pending.task_id, None)
+            if call is not None and call.state is State.TASK:
+                return self._task_result(call, pending, line, body)
         if method == "tools/list":
             self.schemas.update(output_schemas(result))
             self.listed = True
@@ -323,7 +344,7 @@ class Relay(Guard):
             self.gone_reason = f"the MCP server exited with status {status}"
         reason = self.gone_reason
         actions: list[Action] = []
-        waiting = [p for p in self.pending.values() if p.state is State.AT_SERVER]
+        waiting = [p for p in self.pending.values() if p.state in (State.AT_SERVER, State.TASK)]
         if not self.client_gone:
             self.crashed = True
             detail = f"{reason} while the client was connected"
@@ -345,7 +366,7 @@ class Relay(Guard):
                 how = "interrupted" if p.kind == "call" else "failed"
                 actions.append(FinishCall(p, how, reason=reason))  # type: ignore[arg-type]
         for p in list(self.pending.values()):
-            if p.state in (State.AT_SERVER, State.ABANDONED):
+            if p.state in (State.AT_SERVER, State.TASK, State.ABANDONED):
                 advance(p, Event.END)
                 del self.pending[p.key]
         return actions
@@ -417,6 +438,8 @@ class Relay(Guard):
                 actions.append(ToServer(cancelled_message(pending.id, reason) + b"\n"))
         if state.reply_kind == "relay" and state.envelope_raw is not None:
             actions.append(ToClient(state.envelope_raw))
+        elif state.reply_kind == "result" and state.task_id is not None:
+            actions.append(ToClient(self._own_task(pending.id, state.task_id, state.reply)))
         elif state.reply_kind in ("result", "error"):
             actions.append(ToClient(state.reply + b"\n"))
         return actions
@@ -450,7 +473,7 @@ class Relay(Guard):
         for p in live:
             if p.kind == "own":
                 continue
-            if p.inline and p.state is State.AT_SERVER:
+            if p.inline and p.state in (State.AT_SERVER, State.TASK):
                 actions.append(FinishCall(p, "interrupted"))
             actions.append(self._error(p.id, CONNECTION_CLOSED, reason))
         self.pending.clear()
@@ -460,7 +483,7 @@ class Relay(Guard):
         """Inline calls still in flight when the session ends, whatever ended it."""
         actions: list[Action] = []
         for p in list(self.pending.values()):
-            if p.inline and p.state is State.AT_SERVER:
+            if p.inline and p.state in (State.AT_SERVER, State.TASK):
                 advance(p, Event.END)
                 del self.pending[p.key]
                 actions.append(FinishCall(p, "interrupted"))

@@ -17,6 +17,9 @@ STARTING  a ``tools/call`` read, not forwarded: the recorder decides how it runs
           first), and a call the policy answers (stub, deny, replay, a dropped swallow)
           stays here until its step is written: the server never hears of it
 AT_SERVER forwarded; its answer is awaited (inline calls and requests keep a deadline)
+TASK      a call the server made a task (it answered ``CreateTaskResult``, which the
+          client has): its step waits for the result, which comes as the answer to the
+          client's ``tasks/result``
 RECORDING a call's answer came; its step is being written, then the reply is sent
 ABANDONED the proxy gave up on it (timeout, the client cancelled it, the proxy's own
           listing gave up): the client has its answer or expects none, so a late
@@ -42,6 +45,7 @@ Key = tuple[str, Any]
 class State(enum.Enum):
     STARTING = "starting"
     AT_SERVER = "at_server"
+    TASK = "task"
     RECORDING = "recording"
     ABANDONED = "abandoned"
 
@@ -50,8 +54,10 @@ class Event(enum.Enum):
     #: The request was sent to the server.
     FORWARD = "forward"
     #: The policy answered the call without the server.
-    #: The server answered.
+    #: The server answered (for a task: the answer to ``tasks/result``).
     ANSWER = "answer"
+    #: The server answered a call with a task, not a result.
+    TASK = "task"
     #: The proxy gave up waiting (deadline, the client's cancel, its own give-up).
     GIVE_UP = "give_up"
     #: The call's step was written (and its reply decided).
@@ -71,6 +77,11 @@ TRANSITIONS: dict[tuple[State, Event], State | None] = {
     (S.AT_SERVER, E.GIVE_UP): S.ABANDONED,
     (S.AT_SERVER, E.RECORDED): S.ABANDONED,  # recorded unanswered (its own timer, a cancel)
     (S.AT_SERVER, E.END): None,
+    (S.AT_SERVER, E.TASK): S.TASK,
+    (S.TASK, E.ANSWER): S.RECORDING,
+    (S.TASK, E.GIVE_UP): S.ABANDONED,  # cancelled: its late result is dropped
+    (S.TASK, E.RECORDED): S.ABANDONED,
+    (S.TASK, E.END): None,
     (S.RECORDING, E.RECORDED): None,
     (S.RECORDING, E.ANSWER): S.RECORDING,  # a second answer to one id: dropped
     (S.RECORDING, E.GIVE_UP): S.RECORDING,  # too late to give up: the answer is in
@@ -104,6 +115,8 @@ class Pending:
         "kind",
         "method",
         "state",
+        "task_id",
+        "task_requested",
         "token",
         "tool",
     )
@@ -135,6 +148,10 @@ class Pending:
         self.deadline: float | None = None
         #: Whether the driver runs the call inline (``begin_call``) rather than in a task.
         self.inline = False
+        #: The client asked for a task-augmented call (``params.task``).
+        self.task_requested = False
+        #: The task a ``tasks/*`` request names (None for other requests).
+        self.task_id: str | None = None
         self.handle: Any = None
 
     def __repr__(self) -> str:

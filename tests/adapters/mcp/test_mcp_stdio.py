@@ -671,3 +671,47 @@ async def test_a_stub_larger_than_the_cap_reaches_the_client_whole(tmp_path: Pat
     (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
     assert step.meta["capped"]["size"] == len(big)
     assert len(step.shown.text()) == 256 * 1024
+
+
+async def test_a_task_call_is_recorded_with_its_final_result(
+    tmp_path: Path, oracles: list[str]
+) -> None:
+    """The client gets the task at once; the step waits for the result tasks/result
+    delivers, records it, links the task and says the result came later."""
+    client = await initialized(await open_proxy(tmp_path, *oracles))
+    await client.send(tool_call(1, "task", task={"ttl": 60000}))
+    created = await client.recv_json()
+    assert created["result"]["task"]["taskId"] == "task-1"
+    await client.send(request(2, "tasks/get", {"taskId": "task-1"}))
+    assert (await client.recv_json())["result"]["status"] == "completed"
+    await client.send(request(3, "tasks/result", {"taskId": "task-1"}))
+    final = await client.recv()
+    assert json.loads(final)["result"]["content"][0]["text"] == "task done"
+    assert await client.finish() == 0
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.complete
+    (step,) = calls(ep)
+    assert step.fidelity == "real"
+    assert step.shown.text() == "task done"
+    mcp = step.meta["mcp"]
+    assert mcp["task"] == {"task_id": "task-1", "result_request_id": 3, "result_later": True}
+    assert mcp["outcome"] == "result"
+    assert mcp["upstream"] == json.loads(final)
+
+
+async def test_a_stubbed_task_call_is_answered_as_a_task(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\ntask = { mode = "stub", result = "stubbed" }\n')
+    client = await initialized(await open_proxy(tmp_path, "--policy", str(policy)))
+    await client.send(tool_call(1, "task", task={}))
+    created = (await client.recv_json())["result"]["task"]
+    assert created["status"] == "completed"
+    await client.send(request(2, "tasks/result", {"taskId": created["taskId"]}))
+    result = (await client.recv_json())["result"]
+    assert result["content"] == [{"type": "text", "text": "stubbed"}]
+    assert await client.finish() == 0
+    assert b"tasks/" not in server_log(tmp_path, "in")  # the proxy's own task
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.fidelity == "stubbed"
+    assert step.shown.text() == "stubbed"  # what the client was shown, by tasks/result
+    assert step.meta["mcp"]["task"] == {"task_id": created["taskId"], "proxy_task": True}

@@ -418,3 +418,49 @@ def test_every_transition_not_in_the_table_is_refused() -> None:
         else:
             with pytest.raises(InvalidTransition):
                 advance(p, event)
+
+
+def test_a_task_call_is_recorded_with_the_result_tasks_result_delivers(d: Driver) -> None:
+    d.client_says(call(1, "research", task={"ttl": 60000}))
+    created = answer(1, task={"taskId": "t-9", "status": "working"})
+    d.server_says(created)
+    assert d.client == [created]  # the client has its task at once; the step waits
+    (pending,) = d.relay.pending.values()
+    assert pending.state is State.TASK
+    assert d.recorded == []
+    d.client_says(req(2, "tasks/get", taskId="t-9"))
+    d.server_says(answer(2, taskId="t-9", status="completed"))
+    d.client_says(req(3, "tasks/result", taskId="t-9"))
+    assert d.tick(60) == []  # tasks/result waits as long as the task: no deadline
+    final = answer(3, content=[{"type": "text", "text": "found it"}])
+    actions = d.server_says(final)
+    assert [type(a) for a in actions] == [FinishCall, ToClient]  # recorded, then relayed
+    assert d.client[-1] == final
+    assert d.recorded == [(1, "answered")]
+    assert pending.call.extra_meta["task"] == {
+        "task_id": "t-9",
+        "result_request_id": 3,
+        "result_later": True,
+    }
+    assert pending.call.envelope_raw == final
+    assert not d.relay.pending
+
+
+def test_a_stand_in_for_a_task_call_is_a_task_of_the_proxys_own(d: Driver) -> None:
+    d.inline = False
+    (start,) = only(d.relay.from_client(call(4, "research", task={}), d.now), StartCall)
+    state = start.pending.call
+    assert state.task_requested
+    stub = {"content": [{"type": "text", "text": "stubbed"}], "isError": False}
+    state.reply_kind, state.task_id = "result", "litmus-sandbox:task:x"
+    state.reply = json.dumps({"jsonrpc": "2.0", "id": 4, "result": stub}).encode()
+    (created,) = to_client(d.relay.recorded(start.pending))
+    assert created["result"]["task"]["taskId"] == "litmus-sandbox:task:x"
+    assert created["result"]["task"]["status"] == "completed"
+    (got,) = to_client(d.client_says(req(5, "tasks/get", taskId="litmus-sandbox:task:x")))
+    assert got["result"]["status"] == "completed"
+    (result,) = to_client(d.client_says(req(6, "tasks/result", taskId="litmus-sandbox:task:x")))
+    assert result["result"]["content"] == stub["content"]
+    related = result["result"]["_meta"]["io.modelcontextprotocol/related-task"]
+    assert related == {"taskId": "litmus-sandbox:task:x"}
+    assert d.server == []  # the server never heard of it
