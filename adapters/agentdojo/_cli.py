@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from litmus_sandbox._model.errors import ConfigError, LitmusError
+from litmus_sandbox._model.errors import ConfigError, LitmusError, UpstreamError
 
 EXTRA_HINT = "install the extra: pip install 'litmus-sandbox[agentdojo]'"
 
@@ -101,16 +101,25 @@ def run(args: argparse.Namespace) -> int:
     environment = suite.load_and_inject_default_environment({})
     utility = attacks = attacked = truncated = 0
     for user_task, injection_task in pairs:
-        result = run_case(
-            suite,
-            factory,
-            user_task,
-            injection_task,
-            episodes=args.output,
-            policy=policy,
-            benchmark_version=args.benchmark_version,
-            environment=environment,
-        )
+        try:
+            result = run_case(
+                suite,
+                factory,
+                user_task,
+                injection_task,
+                episodes=args.output,
+                policy=policy,
+                benchmark_version=args.benchmark_version,
+                environment=environment,
+            )
+        except LitmusError:
+            raise
+        except Exception as exc:  # the pipeline's (a model API, an agent's bug), not ours
+            case = user_task if injection_task is None else f"{user_task}/{injection_task}"
+            raise UpstreamError(
+                f"{case}: the pipeline failed ({type(exc).__name__}: {exc}); its episode is "
+                f"recorded as aborted in {args.output}"
+            ) from exc
         utility += result.utility
         truncated += result.truncated
         if result.attack_success is not None:

@@ -95,3 +95,13 @@ def nested(user_task: Any) -> AgentPipeline:
             ]
         )
     )
+
+
+def failing() -> AgentPipeline:
+    """A model whose API fails on the first query."""
+
+    class Down(ScriptedModel):
+        def query(self, *args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("the model's API is down")
+
+    return _pipeline(Down([]))

@@ -269,3 +269,18 @@ def test_unknown_names_are_one_line_errors(
     assert "--injection-task 'x'" in capsys.readouterr().err
     assert main(["run", "agentdojo", "--suite", "banking", "--pipeline", "gpt", "-o", out]) == 2
     assert "FILE.py:FACTORY" in capsys.readouterr().err
+
+
+def test_a_failing_pipeline_is_recorded_aborted_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "eps.jsonl"
+    args = ["--user-task", "user_task_0", "--injection-task", "none"]
+    args += ["--pipeline", f"{SCRIPTED}:failing"]
+    assert main(["run", "agentdojo", "--suite", "banking", *args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "user_task_0: the pipeline failed (ConnectionError: the model's API is down)" in err
+    assert "Traceback" not in err
+    (records,) = episodes(out).values()
+    assert records[-1]["status"] == "aborted"
+    assert "ConnectionError" in records[-1]["reason"]
