@@ -148,6 +148,11 @@ def run_gate(
         writer.finish(summary, [*warnings, *later_warnings])
         if html is not None:
             html.finish(summary, [*warnings, *later_warnings])
+    # On stderr: stdout may be the other report, or a pipe that wants only reports.
+    if args.output:
+        print(f"litmus-sandbox: {args.format} report written to {args.output}", file=sys.stderr)
+    if getattr(args, "html", None):
+        print(f"litmus-sandbox: HTML report written to {args.html}", file=sys.stderr)
     return summary.exit_code(**flags)
 
 

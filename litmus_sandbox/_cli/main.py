@@ -40,6 +40,7 @@ from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.exclusions import load_exclusions
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
+from litmus_sandbox.reports._shared import plural
 
 # 1 (a regression), 4 (unresolved) and 5 (nothing compared) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -154,8 +155,8 @@ def cmd_score(args: argparse.Namespace) -> int:
             cache.close()
     _warn(stats.warnings)
     print(
-        f"scored {stats.episodes} episodes ({stats.steps_covered} steps covered): "
-        f"{stats.judge_calls} judge calls, {stats.cache_hits} served from cache"
+        f"scored {plural(stats.episodes, 'episode')} ({plural(stats.steps_covered, 'step')} "
+        f"covered): {plural(stats.judge_calls, 'judge call')}, {stats.cache_hits} served from cache"
         + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
         + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
         + f" -> {args.output}"
@@ -283,13 +284,15 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
     stats = done.stats
     _warn(stats.warnings)
     print(
-        f"re-scored {len(done.verdicts)} baseline episodes ({stats.steps_covered} steps): "
-        f"{stats.judge_calls} judge calls made, {stats.cache_hits} served from cache"
+        f"re-scored {plural(len(done.verdicts), 'baseline episode')} "
+        f"({plural(stats.steps_covered, 'step')}): "
+        f"{plural(stats.judge_calls, 'judge call')} made, {stats.cache_hits} served from cache"
         + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
         + f" -> {args.output}"
     )
     if done.rerun:
-        print(f"{len(done.rerun)} cases need a re-run of the baseline instead:")
+        needs = "case needs" if len(done.rerun) == 1 else "cases need"
+        print(f"{len(done.rerun)} {needs} a re-run of the baseline instead:")
         for case_id, why in done.rerun:
             print(f"  {case_id}: {why}")
     if failed:

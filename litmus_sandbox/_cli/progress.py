@@ -18,6 +18,7 @@ from litmus_sandbox._runtime.progress_bar import JudgingBar, on_terminal
 from litmus_sandbox._runtime.scorer import Progress, ScoreStats, covered_keys
 from litmus_sandbox._store.streams import iter_episodes
 from litmus_sandbox.judges import FAILURE_CLASSES, ScoringConfig
+from litmus_sandbox.reports._shared import plural
 
 if TYPE_CHECKING:
     import os
@@ -66,8 +67,8 @@ def report_failures(stats: ScoreStats) -> None:
     """One line per failure class on stderr: how many steps, what it means, an example."""
     steps, episodes = len(stats.failures), stats.failed_episodes
     print(
-        f"litmus-sandbox: error: the judge gave no verdict for {steps} step(s) of "
-        f"{episodes} episode(s): those cases have no verdict, nothing was cached for those "
+        f"litmus-sandbox: error: the judge gave no verdict for {plural(steps, 'step')} of "
+        f"{plural(episodes, 'episode')}: those cases have no verdict, nothing was cached for those "
         "steps, and scoring again asks the judge again",
         file=sys.stderr,
     )
@@ -75,7 +76,7 @@ def report_failures(stats: ScoreStats) -> None:
         first = next(f for f in stats.failures if f.failure == failure)
         meaning = FAILURE_CLASSES.get(failure, failure)
         print(
-            f"litmus-sandbox:   {failure}: {n} step(s) ({meaning}); e.g. episode "
+            f"litmus-sandbox:   {failure}: {plural(n, 'step')} ({meaning}); e.g. episode "
             f"{first.episode_id!r} step {first.index}: {_example(first.message)}",
             file=sys.stderr,
         )

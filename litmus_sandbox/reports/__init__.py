@@ -23,9 +23,12 @@ The JSON report is one object::
     }
 
 A side summary is ``{"safe", "epochs", "episode_ids", "legacy", "first_unsafe_step",
-"steps_recorded", "steps_covered", "judge", "judge_fingerprint",
+"unsafe_steps", "steps_recorded", "steps_covered", "judge", "judge_fingerprint",
 "truncate_on_refusal", "truncate_on_empty_tool_result"}`` (``safe`` is pass^k over the
-epochs). Cases are listed oracle contradictions first, then by outcome: REGRESSION,
+epochs; ``unsafe_steps``: the unsafe steps of its first unsafe epoch, each ``{"index",
+"episode_id", "rules", "reason", "evidence"}``: which step, and why). Every format says
+which steps were unsafe and why; ``--html`` writes the HTML report beside any format
+(``_html``). Cases are listed oracle contradictions first, then by outcome: REGRESSION,
 NEEDS_RERUN, NEEDS_REBASELINE, IMPROVEMENT, PASS, EXCLUDED (in gate order within each).
 
 The JSON Lines report (``jsonl``) is a line per case, ``{"kind": "case", ...}`` with the

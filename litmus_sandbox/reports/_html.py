@@ -40,7 +40,7 @@ from litmus_sandbox._store.streams import iter_episodes
 from litmus_sandbox.reports._html_assets import CSS, SCRIPT
 from litmus_sandbox.reports._json import _summary_dict, case_to_dict
 from litmus_sandbox.reports._shared import Writer, rank, safe_word
-from litmus_sandbox.reports._timeline import episode_view, unsafe_steps
+from litmus_sandbox.reports._timeline import episode_view
 
 __all__ = ["REMEDIES", "HtmlWriter", "Tee"]
 
@@ -100,7 +100,7 @@ class HtmlWriter(Writer):
     def write(self, results: Sequence[CaseResult]) -> None:
         encode = _encoder.encode
         for case in results:
-            d = case_dict(case)
+            d = case_to_dict(case)
             self.cases += 1
             self.transitions[safe_word(d["baseline"]), safe_word(d["candidate"])] += 1
             for r in case.reasons:
@@ -129,15 +129,6 @@ class HtmlWriter(Writer):
             view = episode_view(ep, self.detector)
             self.out.write(sep + _json_island(encode(ep.episode_id) + b":" + encode(view)))
             sep = b","
-
-
-def case_dict(case: CaseResult) -> dict[str, Any]:
-    """A case as the JSON report writes it, each side with its unsafe steps' evidence."""
-    d = case_to_dict(case)
-    for side, verdicts in (("baseline", case.baseline), ("candidate", case.candidate)):
-        if d[side] is not None and "unsafe_steps" not in d[side]:
-            d[side]["unsafe_steps"] = unsafe_steps(verdicts)
-    return d
 
 
 def page_head(

@@ -10,7 +10,7 @@ from xml.sax.saxutils import quoteattr as _quoteattr
 
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
-from litmus_sandbox.reports._shared import Writer, rank, render, text
+from litmus_sandbox.reports._shared import Writer, evidence_lines, rank, render, side_word, text
 
 __all__ = ["escape", "quoteattr", "render_junit"]
 
@@ -53,8 +53,16 @@ class JunitWriter(Writer):
             blocking_oracle = strict and case.contradicted and case.outcome != "EXCLUDED"
             if case.outcome == "REGRESSION" or blocking_oracle:
                 self.failures += 1
-                inner = f"<failure message={quoteattr(case.outcome)}>{escape(detail or 'safe -> unsafe')}</failure>"
+                # The message says which step was unsafe and why, not only the outcome.
+                evidence = evidence_lines(case)
+                message = f"{case.outcome}: {evidence[0]}" if evidence else case.outcome
+                body = "\n".join(
+                    [f"{side_word(case.baseline)} -> {side_word(case.candidate)}", *evidence]
+                    + ([detail] if detail else [])
+                )
+                inner = f"<failure message={quoteattr(message)}>{escape(body)}</failure>"
             elif case.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN"):
+                detail = "\n".join([detail, *evidence_lines(case)])
                 if allow:
                     self.skipped += 1
                     inner = f"<skipped message={quoteattr(case.outcome)}>{escape(detail)}</skipped>"

@@ -12,6 +12,7 @@ from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     Writer,
     as_warning,
+    evidence_lines,
     rank,
     render,
     shown,
@@ -33,8 +34,11 @@ class MarkdownWriter(Writer):
             if not shown(case):
                 continue
             reasons = "<br>".join(
-                f"`{r.code}` {_md(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
-                for r in case.reasons
+                [_md(line) for line in evidence_lines(case)]
+                + [
+                    f"`{r.code}` {_md(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
+                    for r in case.reasons
+                ]
             )
             row = f"| {_md_code(case.case_id)} | {case.outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
             self.spool.write(rank(case), text(row + "\n"))

@@ -23,6 +23,7 @@ from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 from litmus_sandbox._store.partition import RankedSpool
+from litmus_sandbox.reports._timeline import unsafe_steps, why_unsafe
 
 __all__ = ["as_warning", "ordered_cases", "safe_word", "side_summary"]
 
@@ -142,6 +143,7 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
             episode_ids=[],
             legacy=True,
             first_unsafe_step=None,
+            unsafe_steps=[],
             steps_recorded=None,
             steps_covered=p.steps_covered,
             judge=p.judge_version,
@@ -155,6 +157,7 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
         episode_ids=[v.episode_id for v in verdicts if not isinstance(v, LegacyVerdict)],
         legacy=False,
         first_unsafe_step=first.first_unsafe_step,
+        unsafe_steps=unsafe_steps(verdicts),
         steps_recorded=q.steps_recorded,
         steps_covered=q.steps_covered,
         judge=q.judge_label,
@@ -163,6 +166,32 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
         truncate_on_empty_tool_result=q.truncate_on_empty_tool_result,
     )
     return out
+
+
+def evidence_lines(case: CaseResult, *, limit: int = 3) -> list[str]:
+    """Which steps of each unsafe side were unsafe, and why (the rules that fired or the
+    judge's reason, and the kind of evidence): ``unsafe: candidate step 2: rule
+    exfiltration (requested)``; the candidate's first. At most ``limit`` steps a side."""
+    out: list[str] = []
+    for side, verdicts in (("candidate", case.candidate), ("baseline", case.baseline)):
+        if not verdicts or all(v.safe for v in verdicts):
+            continue
+        steps = unsafe_steps(verdicts)
+        if not steps:
+            out.append(f"unsafe: {side}: no step verdicts to say which step (a legacy verdict)")
+            continue
+        out.extend(
+            f"unsafe: {side} step {u['index']}: {why_unsafe(u['rules'], u['reason'], u['evidence'])}"
+            for u in steps[:limit]
+        )
+        if len(steps) > limit:
+            out.append(f"unsafe: {side}: {plural(len(steps) - limit, 'more unsafe step')}")
+    return out
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 judge call``, ``2 judge calls``: ``n`` and ``noun``, in the plural unless 1."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def side_word(verdicts: Sequence[AnyVerdict]) -> str:

@@ -14,6 +14,8 @@ from litmus_sandbox.reports._shared import (
     RANKS,
     Writer,
     as_warning,
+    evidence_lines,
+    plural,
     rank,
     render,
     shown,
@@ -59,6 +61,7 @@ class TableWriter(Writer):
                 if diff.candidate_only_steps:
                     parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
                 more.append(f"steps: {'; '.join(parts)}")
+            more.extend(evidence_lines(case))
             for r in case.reasons:
                 remedy = f" -> {r.remedy}" if r.remedy else ""
                 more.append(f"{r.code}: {r.detail}{remedy}")
@@ -96,14 +99,15 @@ class TableWriter(Writer):
             lines.append(f"reasons (cases): {grouped}")
         plan = summary.rebaseline_plan
         if plan.rescore or plan.rerun_baseline or plan.rerun_candidate:
-            calls = (
-                "" if plan.judge_calls_exact else "at most "
-            ) + f"{plan.judge_calls} judge calls"
+            calls = ("" if plan.judge_calls_exact else "at most ") + plural(
+                plan.judge_calls, "judge call"
+            )
             if unknown := sum(1 for e in plan.rescore if e.judge_calls is None):
                 calls += f", and those of {unknown} with no known step count"
             lines.append(
-                f"re-baseline plan: re-score {len(plan.rescore)} baselines ({calls}), "
-                f"re-run {len(plan.rerun_baseline)} baselines, re-run {len(plan.rerun_candidate)} candidates"
+                f"re-baseline plan: re-score {plural(len(plan.rescore), 'baseline')} ({calls}), "
+                f"re-run {plural(len(plan.rerun_baseline), 'baseline')}, "
+                f"re-run {plural(len(plan.rerun_candidate), 'candidate')}"
             )
         if summary.unknown_exclusions:
             lines.append(f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}")

@@ -37,7 +37,15 @@ from litmus_sandbox._model.records import (
     Verdict,
 )
 
-__all__ = ["EpisodeView", "StepView", "clip", "episode_view", "step_evidence", "unsafe_steps"]
+__all__ = [
+    "EpisodeView",
+    "StepView",
+    "clip",
+    "episode_view",
+    "step_evidence",
+    "unsafe_steps",
+    "why_unsafe",
+]
 
 #: The longest text a timeline shows of one field (message, arguments, result).
 MAX_TEXT = 400
@@ -164,16 +172,26 @@ def _step_view(
 def step_evidence(sv: StepVerdict) -> str:
     """Why a step is unsafe: the rules that fired or the judge's reason, and the kind of
     evidence (``observed``, ``requested``, ``claimed``) when the judge said."""
+    return why_unsafe(sv.rules, sv.reason, sv.evidence, sv.contradictions)
+
+
+def why_unsafe(
+    rules: Sequence[str],
+    reason: str | None,
+    evidence: str | None,
+    contradictions: Sequence[str] = (),
+) -> str:
+    """:func:`step_evidence` from its parts (an ``unsafe_steps`` entry of a report)."""
     parts = []
-    if sv.rules:
-        parts.append(("rule " if len(sv.rules) == 1 else "rules ") + ", ".join(sv.rules))
+    if rules:
+        parts.append(("rule " if len(rules) == 1 else "rules ") + ", ".join(rules))
     # The rules judge's reason only repeats its rule ids ("matched a, b").
-    if sv.reason and sv.reason != f"matched {', '.join(sv.rules)}":
-        parts.append(sv.reason)
-    if sv.contradictions:
-        parts.append("forbidden findings: " + ", ".join(sv.contradictions))
-    why = "; ".join(parts) or "the judge gave no reason"
-    return f"{why} ({sv.evidence})" if sv.evidence else why
+    if reason and reason != f"matched {', '.join(rules)}":
+        parts.append(reason)
+    if contradictions:
+        parts.append("forbidden findings: " + ", ".join(contradictions))
+    text = "; ".join(parts) or "the judge gave no reason"
+    return f"{text} ({evidence})" if evidence else text
 
 
 def unsafe_steps(verdicts: Sequence[AnyVerdict]) -> list[dict[str, Any]]:

@@ -132,10 +132,10 @@ def test_steps_without_a_verdict_exit_6_with_one_line_per_failure_class(files: P
         )
     assert r.returncode == 6
     err = r.stderr.splitlines()
-    assert "no verdict for 2 step(s) of 1 episode(s)" in err[0]
+    assert "no verdict for 2 steps of 1 episode" in err[0]
     assert len(err) == 3
-    assert any("http_status: 1 step(s)" in line for line in err)
-    assert any("bad_answer: 1 step(s)" in line for line in err)
+    assert any("http_status: 1 step (" in line for line in err)
+    assert any("bad_answer: 1 step (" in line for line in err)
     assert "1 without a verdict" in r.stdout
     verdicts = [json.loads(line) for line in (files / "v.jsonl").read_text().splitlines()[1:]]
     assert sorted(v["case_id"] for v in verdicts) == ["c1", "c3"]  # no verdict made up for c2
@@ -171,7 +171,7 @@ def test_gate_on_the_fly_with_judge_failures_exits_6(files: Path) -> None:
             "--no-cache", cwd=files,
         )  # fmt: skip
     assert r.returncode == 6
-    assert "http_status: 10 step(s)" in r.stderr
+    assert "http_status: 10 steps" in r.stderr
     assert r.stdout == ""
 
 
@@ -205,7 +205,7 @@ def test_rebaseline_pays_only_for_steps_never_scored(files: Path) -> None:
     # Another truncation flag is another scoring policy, but the same judge: c2's step 3
     # (after the refusal) is the only step the cut left unjudged.
     assert len(endpoint.requests) - before == 1
-    assert "1 judge calls made, 9 served from cache" in r.stdout
+    assert "1 judge call made, 9 served from cache" in r.stdout
 
 
 def _run_on_a_terminal(*args: str | Path, cwd: Path) -> tuple[int, str]:
