@@ -9,23 +9,22 @@ append-only stores of JSON lines that something else keeps (temporary files,
 1. **Partition.** Each verdict is written, with its side's sequence number and its case
    id, to one of ``n`` partitions per side, chosen by a hash of the case id: every verdict
    of a case, epochs included, lands in the same partition.
-2. **Group.** One partition at a time (each a fraction of the suite), the case's
-   verdicts are gathered, and the cases are written to a *run*, sorted by their place in
-   gate order: the sequence number of the baseline's first verdict of the case, or, for a
-   case only the candidate has, the baseline's length plus the candidate's first one.
-3. **Merge.** The runs are merged by that place (``heapq.merge``, one block of each run in
-   memory at a time), so the cases come out in gate order, exactly as the in-memory join
-   would give them, and are decoded as they are decided.
+2. **Group.** One partition at a time (each a fraction of the suite), each case's
+   verdicts are gathered and the case gets its place in gate order: the sequence number
+   of the baseline's first verdict of the case, or, for a case only the candidate has,
+   the baseline's length plus the candidate's first one. The cases are written to
+   *ranges* of places (as many as partitions), so each range holds a fraction too.
+3. **Order.** One range at a time, its cases are sorted by place and decoded, so the
+   cases come out in gate order, exactly as the in-memory join gives them.
 
-Verdicts stay encoded (``msgspec.Raw``) from the first pass until the last.
+Verdicts stay encoded (``msgspec.Raw``) from the first pass until the last, where those
+of a chunk of cases are decoded in one call per shape.
 :class:`SpilledDeferred` keeps the cases only the candidate has for a sorted merge the
 same way, past a budget.
 """
 
 from __future__ import annotations
 
-import heapq
-import operator
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
@@ -51,18 +50,17 @@ class Buckets(Protocol):
 
 
 _encoder = msgspec.json.Encoder()
-_in_frames = msgspec.json.Decoder(tuple[int, str, msgspec.Raw])
-_run_frames = msgspec.json.Decoder(tuple[int, str, list[msgspec.Raw], list[msgspec.Raw]])
-_group_frames = msgspec.json.Decoder(tuple[str, list[msgspec.Raw]])
+#: A verdict in a partition: (sequence number, case id, shape, verdict).
+_in_frames = msgspec.json.Decoder(tuple[int, str, int, msgspec.Raw])
+#: A case in a range: (place, case id, shapes and verdicts of each side).
+_Ranged = tuple[int, str, list[int], list[msgspec.Raw], list[int], list[msgspec.Raw]]
+_ranged = msgspec.json.Decoder(_Ranged)
 _native = msgspec.json.Decoder(Verdict)
 _legacy = msgspec.json.Decoder(LegacyVerdict)
-_first = operator.itemgetter(0)
 #: Frames gathered before they are written (one encode call for them all), over all
-#: the partitions of a side; and per run.
+#: the partitions of a side.
 _PENDING = 65_536
-_FLUSH = 512
-# What msgspec writes first for a Verdict (its tag); a legacy verdict starts with run_id.
-_NATIVE_START = b'{"kind":"verdict"'
+_LEGACY, _NATIVE = 0, 1
 
 
 def weight(v: AnyVerdict) -> int:
@@ -81,25 +79,12 @@ def side_weight(side: Side) -> int:
     return weight(side)
 
 
-def _decode(raw: msgspec.Raw) -> AnyVerdict:
-    if memoryview(raw)[: len(_NATIVE_START)] == _NATIVE_START:
-        return _native.decode(raw)
-    return _legacy.decode(raw)
-
-
-def _side(raws: list[msgspec.Raw]) -> Side:
-    if not raws:
-        return None
-    if len(raws) == 1:
-        return _decode(raws[0])
-    return [_decode(r) for r in raws]
-
-
 class PartitionedJoin:
     """A join through ``buckets``: :meth:`add` each side's verdicts (baseline first, side
     0, then the candidate, side 1), then take :meth:`chunks` once.
 
-    Buckets ``0 .. 3n-1`` are used: the baseline's partitions, the candidate's, the runs.
+    Buckets ``0 .. 3n-1`` are used: the baseline's partitions, the candidate's, the
+    ranges of places.
     """
 
     def __init__(self, buckets: Buckets, partitions: int) -> None:
@@ -107,7 +92,9 @@ class PartitionedJoin:
             raise ValueError("partitions must be at least 1")
         self._buckets = buckets
         self._n = partitions
-        self._pending: list[list[tuple[int, str, AnyVerdict]]] = [[] for _ in range(2 * partitions)]
+        self._pending: list[list[tuple[int, str, int, AnyVerdict]]] = [
+            [] for _ in range(2 * partitions)
+        ]
         self._flush_at = max(16, _PENDING // partitions)
         self._seq = [0, 0]
 
@@ -119,10 +106,14 @@ class PartitionedJoin:
         legacy = LegacyVerdict
         flush_at = self._flush_at
         for v in verdicts:
-            key = v.run_id if type(v) is legacy else v.case_id
+            if type(v) is legacy:
+                key, shape = v.run_id, _LEGACY
+            else:
+                key, shape = v.case_id, _NATIVE
+            # hash() is salted per process: it only spreads cases; places decide order.
             p = base + hash(key) % n
             frames = pending[p]
-            frames.append((seq, key, v))
+            frames.append((seq, key, shape, v))
             seq += 1
             if len(frames) >= flush_at:
                 self._flush(p)
@@ -136,54 +127,81 @@ class PartitionedJoin:
 
     def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
         """Every case, in gate order (see the module docstring)."""
-        for p in range(2 * self._n):
+        n = self._n
+        for p in range(2 * n):
             self._flush(p)
-        for p in range(self._n):
-            self._group(p)
-        runs = [self._run(2 * self._n + p) for p in range(self._n)]
-        keys: list[str] = []
-        bs: list[Side] = []
-        cs: list[Side] = []
-        for _, key, b_raws, c_raws in heapq.merge(*runs, key=_first):
-            keys.append(key)
-            bs.append(_side(b_raws))
-            cs.append(_side(c_raws))
-            if len(keys) >= size:
-                yield keys, bs, cs
-                keys, bs, cs = [], [], []
-        if keys:
-            yield keys, bs, cs
+        width = (self._seq[0] + self._seq[1]) // n + 1
+        for p in range(n):
+            self._group(p, width)
+        for r in range(n):
+            cases: list[_Ranged] = []
+            for block in self._buckets.read(2 * n + r):
+                cases.extend(_ranged.decode_lines(block))
+            self._buckets.drop(2 * n + r)
+            cases.sort()  # by place: places are distinct, so no further item compares
+            for i in range(0, len(cases), size):
+                yield _decoded(cases[i : i + size])
 
-    def _group(self, p: int) -> None:
-        """Gather partition ``p``'s cases and write them to its run, in gate order."""
+    def _group(self, p: int, width: int) -> None:
+        """Gather partition ``p``'s cases and write each to its range of places."""
         buckets, n = self._buckets, self._n
-        groups: dict[str, tuple[int, list[msgspec.Raw], list[msgspec.Raw]]] = {}
+        groups: dict[str, _Ranged] = {}
         for block in buckets.read(p):
-            for seq, key, raw in _in_frames.decode_lines(block):
+            for seq, key, shape, raw in _in_frames.decode_lines(block):
                 group = groups.get(key)
                 if group is None:
-                    groups[key] = (seq, [raw], [])
+                    groups[key] = (seq, key, [shape], [raw], [], [])
                 else:
-                    group[1].append(raw)
+                    group[2].append(shape)
+                    group[3].append(raw)
         after = self._seq[0]  # a candidate-only case comes after every baseline case
         for block in buckets.read(n + p):
-            for seq, key, raw in _in_frames.decode_lines(block):
+            for seq, key, shape, raw in _in_frames.decode_lines(block):
                 group = groups.get(key)
                 if group is None:
-                    groups[key] = (after + seq, [], [raw])
+                    groups[key] = (after + seq, key, [], [], [shape], [raw])
                 else:
-                    group[2].append(raw)
+                    group[4].append(shape)
+                    group[5].append(raw)
         buckets.drop(p)
         buckets.drop(n + p)
-        run = sorted((g[0], key, g[1], g[2]) for key, g in groups.items())
+        ranges: list[list[_Ranged]] = [[] for _ in range(n)]
+        for case in groups.values():
+            ranges[case[0] // width].append(case)
         del groups
-        for i in range(0, len(run), _FLUSH):
-            buckets.append(2 * n + p, _encoder.encode_lines(run[i : i + _FLUSH]))
+        for r, cases in enumerate(ranges):
+            if cases:
+                buckets.append(2 * n + r, _encoder.encode_lines(cases))
 
-    def _run(self, bucket: int) -> Iterator[tuple[int, str, list[msgspec.Raw], list[msgspec.Raw]]]:
-        for block in self._buckets.read(bucket):
-            yield from _run_frames.decode_lines(block)
-        self._buckets.drop(bucket)
+
+def _decoded(cases: list[_Ranged]) -> Chunk:
+    """A chunk of ranged cases with their verdicts decoded, one call per shape."""
+    raws: tuple[list[msgspec.Raw], list[msgspec.Raw]] = ([], [])
+    for _, _, b_shapes, b_raws, c_shapes, c_raws in cases:
+        for shape, raw in zip(b_shapes, b_raws, strict=True):
+            raws[shape].append(raw)
+        for shape, raw in zip(c_shapes, c_raws, strict=True):
+            raws[shape].append(raw)
+    decoded = (
+        iter(_legacy.decode_lines(b"\n".join(raws[_LEGACY]))),
+        iter(_native.decode_lines(b"\n".join(raws[_NATIVE]))),
+    )
+    keys: list[str] = []
+    bs: list[Side] = []
+    cs: list[Side] = []
+    for _, key, b_shapes, _, c_shapes, _ in cases:
+        keys.append(key)
+        bs.append(_taken(b_shapes, decoded))
+        cs.append(_taken(c_shapes, decoded))
+    return keys, bs, cs
+
+
+def _taken(shapes: list[int], decoded: tuple[Iterator[AnyVerdict], ...]) -> Side:
+    if not shapes:
+        return None
+    if len(shapes) == 1:
+        return next(decoded[shapes[0]])
+    return [next(decoded[s]) for s in shapes]
 
 
 class SpilledDeferred:
@@ -203,15 +221,21 @@ class SpilledDeferred:
         self._held.append((key, side))
         self._weight += side_weight(side)
         if self._weight > self._budget:
-            frames = [(k, s if isinstance(s, list) else [s]) for k, s in self._held]
+            frames: list[
+                tuple[int, str, list[int], list[AnyVerdict], list[int], list[AnyVerdict]]
+            ] = []
+            for k, held in self._held:
+                verdicts = held if isinstance(held, list) else [] if held is None else [held]
+                shapes = [_LEGACY if type(v) is LegacyVerdict else _NATIVE for v in verdicts]
+                frames.append((0, k, [], [], shapes, verdicts))
             self._buckets.append(self._bucket, _encoder.encode_lines(frames))
             self._held, self._weight, self._spilled = [], 0, True
 
     def __iter__(self) -> Iterator[tuple[str, Side]]:
         if self._spilled:
             for block in self._buckets.read(self._bucket):
-                for key, raws in _group_frames.decode_lines(block):
-                    yield key, _side(raws)
+                keys, _, cs = _decoded(_ranged.decode_lines(block))
+                yield from zip(keys, cs, strict=True)
             self._buckets.drop(self._bucket)
         held, self._held = self._held, []
         yield from held
