@@ -17,6 +17,7 @@ import msgspec
 
 from litmus_sandbox._core.gate import CaseResult, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
 from litmus_sandbox.reports._shared import Writer, ordered_cases, rank, render, side_summary
 
 __all__ = ["case_to_dict", "render_json", "render_jsonl", "to_dict"]
@@ -34,6 +35,50 @@ def case_to_dict(case: CaseResult) -> dict[str, Any]:
         "candidate": side_summary(case.candidate),
         "steps": msgspec.to_builtins(diff) if diff is not None else None,
     }
+
+
+def case_json(case: CaseResult) -> bytes:
+    """``case_to_dict(case)`` encoded as JSON (the same bytes), at a few times its speed:
+    a legacy side's summary is the same for every side of equal provenance, safety and
+    epochs, so its encoding is kept (up to a few thousand of them)."""
+    diff = step_diff(case)
+    return b"".join(
+        (
+            b'{"case_id":',
+            _encoder.encode(case.case_id),
+            b',"outcome":"',
+            case.outcome.encode(),
+            b'","reasons":',
+            _encoder.encode(case.reasons) if case.reasons else b"[]",
+            b',"baseline":',
+            _side_json(case.baseline),
+            b',"candidate":',
+            _side_json(case.candidate),
+            b',"steps":',
+            b"null" if diff is None else _encoder.encode(diff),
+            b"}",
+        )
+    )
+
+
+_legacy_sides: dict[tuple[bool, int, LegacyProvenance], bytes] = {}
+
+
+def _side_json(verdicts: Sequence[AnyVerdict]) -> bytes:
+    if not verdicts:
+        return b"null"
+    first = verdicts[0]
+    if type(first) is not LegacyVerdict or first.unknown_provenance:
+        return _encoder.encode(side_summary(verdicts))
+    # What side_summary reads of a side whose first verdict is legacy.
+    safe = first.safe if len(verdicts) == 1 else all(v.safe for v in verdicts)
+    key = (safe, len(verdicts), first.provenance)
+    encoded = _legacy_sides.get(key)
+    if encoded is None:
+        if len(_legacy_sides) > 4096:
+            _legacy_sides.clear()
+        encoded = _legacy_sides[key] = _encoder.encode(side_summary(verdicts))
+    return encoded
 
 
 def _summary_dict(
@@ -86,18 +131,24 @@ def to_dict(
     )
 
 
+_ITEMS_FROM, _ITEMS_TO = len(b'{\n  "x": [\n'), -len(b"\n  ]\n}")
+
+
 class JsonWriter(Writer):
     """``--format json``: one object, indented, its cases spooled by rank until the end."""
 
     cases = 0
 
     def write(self, results: Sequence[CaseResult]) -> None:
-        encode, fmt, spool = _encoder.encode, msgspec.json.format, self.spool
         self.cases += len(results)
+        by_rank: dict[int, list[bytes]] = {}
         for case in results:
-            # Indented as an item of the report's "cases" array (two levels down).
-            body = fmt(encode(case_to_dict(case)), indent=2).replace(b"\n", b"\n    ")
-            spool.write(rank(case), b"    " + body + b",\n")
+            by_rank.setdefault(rank(case), []).append(case_json(case))
+        for r, cases in by_rank.items():
+            # Indented as items of the report's "cases" array: two levels down, as in
+            # {"x": [...]}, formatted in one call, less that wrapper.
+            whole = msgspec.json.format(b'{"x":[' + b",".join(cases) + b"]}", indent=2)
+            self.spool.write(r, whole[_ITEMS_FROM:_ITEMS_TO] + b",\n")
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         skeleton = _summary_dict(summary, **self.flags, warnings=warnings, cases=[])
@@ -116,9 +167,8 @@ class JsonlWriter(Writer):
     then one summary line: the JSON report's keys but ``cases``."""
 
     def write(self, results: Sequence[CaseResult]) -> None:
-        encode = _encoder.encode
         self.out.write(
-            b"".join(encode({"kind": "case", **case_to_dict(case)}) + b"\n" for case in results)
+            b"".join(b'{"kind":"case",' + case_json(case)[1:] + b"\n" for case in results)
         )
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:

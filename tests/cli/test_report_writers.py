@@ -14,6 +14,7 @@ from msgspec.structs import replace
 
 from litmus_sandbox import StepVerdict, gate, reports
 from litmus_sandbox._core.suite import stream_gate
+from litmus_sandbox.reports._json import case_json
 
 _contradicted = (StepVerdict(index=0, safe=True, contradictions=("escape",)),)
 _one = st.one_of(
@@ -37,6 +38,12 @@ _one = st.one_of(
 )
 _sides = st.lists(_one, max_size=10)
 _flags = st.fixed_dictionaries({"allow_unresolved": st.booleans(), "strict_oracle": st.booleans()})
+
+
+@given(_sides, _sides)
+def test_a_case_encodes_as_its_dict(b: list[Any], c: list[Any]) -> None:
+    for case in gate(b, c, exclusions={"a": "why"}).cases:
+        assert case_json(case) == msgspec.json.encode(reports.case_to_dict(case))
 
 
 @given(_sides, _sides, _flags)
