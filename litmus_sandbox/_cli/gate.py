@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from litmus_sandbox import reports
+from litmus_sandbox._cli.progress import counter
 from litmus_sandbox._core.joins import MergeOrder, merge_order
 from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, fits, stream_gate
 from litmus_sandbox._model.errors import LitmusError
@@ -51,6 +52,10 @@ EPILOG = (
     "(unless --allow-unresolved); 5 nothing was compared: no case on either side (unless "
     "--allow-empty); 2 bad usage or unreadable input."
 )
+
+#: Verdict files from this size on (bytes, both sides) get a count of the cases decided
+#: on a terminal: some 100,000 verdicts, a few seconds of gating.
+LARGE_GATE = 16 * 1024 * 1024
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -132,11 +137,17 @@ def run_gate(
         _report_output(args.output) as out,
         reports.writer(args.format, out, **flags) as writer,
         _html_report(args, flags) as html,
+        counter(
+            writer if html is None else Tee(writer, html),
+            "gating",
+            quiet=args.quiet,
+            show=size >= LARGE_GATE,
+        ) as sink,
     ):
         summary = stream_gate(
             baseline,
             c_stream,
-            writer if html is None else Tee(writer, html),
+            sink,
             exclusions=exclusions,
             baseline_recordings=recordings,
             order=order,

@@ -22,7 +22,7 @@ from litmus_sandbox import reports
 from litmus_sandbox._cli.gate import EPILOG as GATE_EPILOG
 from litmus_sandbox._cli.gate import add_gate_flags, candidate_policies, run_gate
 from litmus_sandbox._cli.parser import Parser
-from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
+from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress, status
 from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
 from litmus_sandbox._cli.show import add_parser as add_show_parser
 from litmus_sandbox._model.about import package_version
@@ -445,6 +445,7 @@ def _add_import_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
             metavar="EPISODES.jsonl",
             help="episode stream to write",
         )
+        _add_quiet_flag(k)
         k.set_defaults(func=cmd_import, importer=module)
 
 
@@ -482,7 +483,12 @@ def _add_adapter_group(
 def cmd_import(args: argparse.Namespace) -> int:
     import importlib
 
-    code: int = importlib.import_module(args.importer).run(args)
+    module = importlib.import_module(args.importer)
+    if args.command != "import":  # export, run: the adapter shows what it does
+        code: int = module.run(args)
+        return code
+    with status(f"importing {plural(len(args.logs), 'log')} ({args.kind})", quiet=args.quiet):
+        code = module.run(args)
     return code
 
 

@@ -1,18 +1,23 @@
-"""What ``score``, ``rebaseline`` and ``gate --candidate-episodes`` show while they judge.
+"""What the long commands show while they work, on a terminal (stderr, rich).
 
-On a terminal (stderr), a progress bar (rich): covered steps done of all, judge calls made,
-steps served from the cache, steps that failed, the rate and the time left, updated as
-each episode is scored. With ``--quiet``, or when stderr is not a terminal, nothing but the
+``score``, ``rebaseline`` and ``gate --candidate-episodes``: a progress bar of judging -
+covered steps done of all, judge calls made, steps served from the cache, steps that
+failed, the rate and the time left, updated as each episode is scored. A large ``gate``:
+the cases decided so far (:func:`counter`); ``replay --check``: the episodes checked of
+all (:func:`track`); ``import``: what is being read, and for how long (:func:`status`).
+
+With ``--quiet``, in CI (``$CI`` set), or when stderr is not a terminal: nothing but the
 final summary. Steps the judge gave no verdict for are summed up on stderr, one line per
 failure class.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from litmus_sandbox._runtime.progress_bar import JudgingBar, on_terminal
 from litmus_sandbox._runtime.scorer import Progress, ScoreStats, covered_keys
@@ -21,15 +26,77 @@ from litmus_sandbox.judges import FAILURE_CLASSES, ScoringConfig
 from litmus_sandbox.reports._shared import plural
 
 if TYPE_CHECKING:
-    import os
+    from rich.progress import Progress as Bar
+
+    from litmus_sandbox._core.gate import CaseResult
+    from litmus_sandbox._core.suite import CaseSink
+
+T = TypeVar("T")
 
 #: Exit code of a command whose judge gave no verdict for some steps (no guess).
 EXIT_JUDGE = 6
 
 
 def shows_progress(quiet: bool) -> bool:
-    """A bar only on a terminal, and not with ``--quiet``."""
-    return not quiet and on_terminal()
+    """A bar only on a terminal, not in CI, and not with ``--quiet``."""
+    return not quiet and not os.environ.get("CI") and on_terminal()
+
+
+def _bar(*columns: str, total: bool) -> Bar:
+    from rich import progress as rp
+    from rich.console import Console
+
+    parts: list[rp.ProgressColumn] = [rp.SpinnerColumn(), rp.TextColumn("{task.description}")]
+    if total:
+        parts += [rp.BarColumn(), rp.MofNCompleteColumn()]
+    parts += [rp.TextColumn(c) for c in columns]
+    parts.append(rp.TimeElapsedColumn())
+    return rp.Progress(*parts, console=Console(stderr=True), transient=True)
+
+
+def track(items: Sequence[T], what: str, *, quiet: bool) -> Iterator[T]:
+    """``items``, one at a time, with a bar of how many are done (see the module docstring)."""
+    if not shows_progress(quiet):
+        yield from items
+        return
+    with _bar(total=True) as bar:
+        task = bar.add_task(what, total=len(items))
+        for item in items:
+            yield item
+            bar.advance(task)
+
+
+@contextmanager
+def status(what: str, *, quiet: bool) -> Iterator[None]:
+    """A spinner saying ``what`` is being done, and for how long."""
+    if not shows_progress(quiet):
+        yield
+        return
+    with _bar(total=False) as bar:
+        bar.add_task(what, total=None)
+        yield
+
+
+class _Counted:
+    """A gate sink that counts the cases it passes on."""
+
+    def __init__(self, sink: CaseSink, advance: Callable[[int], None]) -> None:
+        self.sink, self.advance, self.plain = sink, advance, sink.plain
+
+    def write(self, results: Sequence[CaseResult]) -> None:
+        self.sink.write(results)
+        self.advance(len(results))
+
+
+@contextmanager
+def counter(sink: CaseSink, what: str, *, quiet: bool, show: bool = True) -> Iterator[CaseSink]:
+    """``sink``, counting the cases decided on a line of its own (when ``show``)."""
+    if not show or not shows_progress(quiet):
+        yield sink
+        return
+    with _bar("{task.completed:,} cases decided", total=False) as bar:
+        task = bar.add_task(what, total=None)
+        yield _Counted(sink, lambda n: bar.advance(task, n))
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from litmus_sandbox._cli.progress import track
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.diff import CATEGORIES, Change, EpisodeDiff, diff_episodes, pair_by_case
 from litmus_sandbox._core.divergence import ReplayReport, check_episodes, report_from_log
@@ -85,6 +86,12 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="report format (default table)"
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar while checking (there is none unless stderr is a terminal)",
     )
     p.set_defaults(func=cmd_replay)
 
@@ -172,10 +179,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         recorded = read_episodes(args.cassette, warnings)
         if not recorded:
             raise ConfigError(f"no recorded episodes in {', '.join(args.cassette)}")
-        reports = check_episodes(recorded, episodes, options_for)
+        checking = track(episodes, "checking episodes", quiet=args.quiet)
+        reports = check_episodes(recorded, checking, options_for)
     else:
         try:
-            found = [report_from_log(ep) for ep in episodes]
+            found = [
+                report_from_log(ep) for ep in track(episodes, "reading episodes", quiet=args.quiet)
+            ]
         except ReplayLogError as exc:
             path, line = _locate(args.episodes, exc.episode_id, exc.record, exc.step)
             raise RecordDecodeError(path, line, f"malformed replay record: {exc.problem}") from None
