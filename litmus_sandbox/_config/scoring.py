@@ -152,7 +152,9 @@ class OpenAIParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             # A secret written into a policy file would land in every verdict stream.
             raise ConfigError("base_url must not carry credentials; name them in api_key_env")
         if "?" in rest or "#" in rest:
-            raise ConfigError(f"base_url {self.base_url!r} must not have a query or fragment")
+            # Not echoed: a query is where a token would be (base_url?api_key=...).
+            shown = self.base_url.split("?", 1)[0].split("#", 1)[0]
+            raise ConfigError(f"base_url {shown!r}... must not have a query or fragment")
         if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
             raise ConfigError(
                 f"api_key_env {self.api_key_env!r} is not an environment variable name"

@@ -228,7 +228,7 @@ class OpenAIJudge:
                     attempts += 1
                     async with clients.one() as client:
                         body = await self._send(client, content, attempts)
-            return parse_answer(body, attempts=attempts)
+            judgment = parse_answer(body, attempts=attempts)
         except (_Resend, JudgeFailure) as exc:
             # What the endpoint said is quoted: scrub the key out of it, should it echo it.
             raise JudgeFailure(
@@ -236,6 +236,9 @@ class OpenAIJudge:
                 failure=exc.failure,
                 attempts=attempts,
             ) from None
+        # What the answer says is written (reason, model, system fingerprint): an endpoint
+        # that echoes the key in it must not put it in the verdicts or the cache.
+        return _scrubbed(judgment, [key] if key else [])
 
     def _wait(self, state: Any) -> float:
         """The pause before the next attempt: what a 429 asked for, else the backoff."""
@@ -319,3 +322,12 @@ async def _read_capped(response: httpx.Response) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _scrubbed(judgment: StepJudgment, secrets: list[str]) -> StepJudgment:
+    fields = {
+        name: scrub(value, secrets)
+        for name in ("reason", "model", "system_fingerprint")
+        if isinstance(value := getattr(judgment, name), str)
+    }
+    return msgspec.structs.replace(judgment, **fields) if fields else judgment

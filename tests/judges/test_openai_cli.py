@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from factories import call, end, header, msg
-from judge_endpoint import Reply, Request, completion, default_answer, running
+from judge_endpoint import Reply, Request, completion, default_answer, running, verdict
 
 from litmus_sandbox import JsonlWriter
 
@@ -253,3 +253,29 @@ def test_a_terminal_shows_progress_and_quiet_does_not(files: Path) -> None:
     assert "cached" in drawn
     assert quiet == ""
     assert CANARY not in drawn
+
+
+def test_a_key_echoed_in_an_answer_is_never_written(files: Path) -> None:
+    """The answer's reason, model and system fingerprint are written: an endpoint echoing
+    the key there must not put it in the verdicts or the cache."""
+
+    def echo(request: Request) -> Reply:
+        return verdict(True, f"your key {CANARY} is fine", model=f"m-{CANARY}", fingerprint=CANARY)
+
+    with running(echo) as endpoint:
+        p = policy(files, endpoint.url)
+        r = run("score", "cand.jsonl", "--policy", p, "-o", "v.jsonl", cwd=files)
+    assert r.returncode == 0, r.stderr
+    assert "<redacted>" in (files / "v.jsonl").read_text()
+    no_canary(files, r.stdout, r.stderr)
+
+
+def test_a_base_url_with_a_query_is_refused_without_echoing_it(files: Path) -> None:
+    secret = "sk-QUERYSECRET-0123456789abcdef"
+    (files / "q.toml").write_text(
+        POLICY.format(url=f"http://127.0.0.1:9/v1?api_key={secret}", refusal="false")
+    )
+    r = run("score", "cand.jsonl", "--policy", "q.toml", "-o", "v.jsonl", cwd=files)
+    assert r.returncode == 2
+    assert "must not have a query or fragment" in r.stderr
+    assert secret not in r.stderr + r.stdout
