@@ -47,9 +47,18 @@ def header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
 class Downstream:
     """One HTTP/1.1 exchange with the client: send a response once, stream its body."""
 
-    def __init__(self, conn: h11.Connection, stream: SocketStream) -> None:
+    def __init__(
+        self,
+        conn: h11.Connection,
+        stream: SocketStream,
+        conn_id: int = 0,
+        keys: set[str] | None = None,
+    ) -> None:
         self.conn = conn
         self.stream = stream
+        #: Which client connection this exchange is on, and the sessions it has carried.
+        self.conn_id = conn_id
+        self.keys: set[str] = keys if keys is not None else set()
         self.started = False
         self.finished = False
 

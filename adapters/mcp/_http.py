@@ -16,7 +16,9 @@ policy decides whether it reaches the server, and a real call's response, plain 
 an event stream, is relayed byte for byte, with the stream's events teed into the step.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
-gets one per case id it names in ``_meta``, or one for the whole proxy run.
+gets one per case id it names in ``_meta``, else one per connection (never merged); an
+episode ends at DELETE, or ``complete`` once its client is gone with nothing pending
+(``_http_sessions.py`` says how that is decided).
 
 The proxy is built in layers, one module each: ``_http_sessions.py`` (configuration,
 episodes, calls in flight, the tools' schemas), ``_http_relay.py`` (relaying what is not
@@ -58,6 +60,9 @@ class HttpProxy(HttpRelay):
             :class:`~litmus_sandbox.adapters.mcp.StdioProxy`.
         transport: an httpx transport for the upstream (tests, the egress oracle).
         max_message_bytes: the largest request body a client may send (default 64 MiB).
+        session_grace: seconds after which a session whose client is gone (no open
+            connection, nothing in progress) ends ``complete`` (None: only at DELETE or
+            when the proxy stops).
 
     Raises:
         ConfigError: an upstream that is not an http(s) URL; a bad timeout.
@@ -99,6 +104,9 @@ class HttpProxy(HttpRelay):
                     task_status.started(bound)
                     await listener.serve(self._connection, task_group=tg)
             finally:
+                for presence in self._presence.values():
+                    if presence.timer is not None:
+                        presence.timer.cancel()  # the episodes end here, now
                 with anyio.CancelScope(shield=True):
                     for slot in list(self._slots.values()):
                         await slot.close()
@@ -116,8 +124,9 @@ class HttpProxy(HttpRelay):
         await self._stopping.wait()
         reason = self.stop_reason
         if reason is not None:
-            for slot in self._slots.values():
-                slot.abort(reason)
+            for key, slot in self._slots.items():
+                if not self.gone(key):  # a session whose client is gone finished cleanly
+                    slot.abort(reason)
             running = list(self.calls.values())
             for call in running:
                 call.state.stopped = reason  # its reply says why (see CallState.finalize)
@@ -134,6 +143,16 @@ class HttpProxy(HttpRelay):
 
     async def _connection(self, stream: SocketStream) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_message_bytes)
+        self._connections += 1
+        conn_id, keys = self._connections, set[str]()
+        try:
+            await self._serve_connection(conn, stream, conn_id, keys)
+        finally:
+            self.disconnect(keys)
+
+    async def _serve_connection(
+        self, conn: h11.Connection, stream: SocketStream, conn_id: int, keys: set[str]
+    ) -> None:
         async with stream:
             while True:
                 try:
@@ -143,7 +162,7 @@ class HttpProxy(HttpRelay):
                 if request is None:
                     return
                 event, body = request
-                down = Downstream(conn, stream)
+                down = Downstream(conn, stream, conn_id, keys)
                 try:
                     await self._exchange(down, event, body)
                 except (
@@ -199,24 +218,48 @@ class HttpProxy(HttpRelay):
                 text = "litmus-sandbox: a tools/call inside a JSON-RPC batch cannot be recorded"
                 await down.whole(400, b"application/json", error_message(None, -32600, text))
                 return
-            key = self.key_for(raw_headers, msg)
-            if msg.kind == "request" and msg.method != "initialize":
-                # Only sessions that began (initialize answered with a session id) or
-                # called a tool have an episode: a failed discovery probe records nothing.
-                slot = self._slots.get(key)
-                if slot is not None and not slot.opened:
-                    self.offer(slot, msg)
-            call = tool_call_of(msg)
-            if call is not None:
-                await HttpToolCall(self, key, down, url, headers, body, msg, *call).run()
-                return
-            if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
-                return
-            await self.relay(down, method, url, headers, body, msg=msg)
+            key = self.key_for(raw_headers, msg, down.conn_id)
+            self.arrive(key, down.keys)
+            try:
+                await self._post(down, key, msg, url, headers, body)
+            finally:
+                self.leave(key)
             return
-        await self.relay(down, method, url, headers, body)
-        if method == "DELETE" and (sid := header(raw_headers, b"mcp-session-id")) is not None:
-            await self._end_session(f"session:{sid}")
+        sid = header(raw_headers, b"mcp-session-id")
+        session = f"session:{sid}" if sid is not None else None
+        if session is not None:
+            self.arrive(session, down.keys)  # a GET stream keeps its session present
+        try:
+            await self.relay(down, method, url, headers, body)
+        finally:
+            if session is not None:
+                self.leave(session)
+        if method == "DELETE" and session is not None:
+            await self._end_session(session)
+
+    async def _post(
+        self,
+        down: Downstream,
+        key: str,
+        msg: Message,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> None:
+        """A JSON-RPC message POSTed to the endpoint: recorded if it is a tools/call."""
+        if msg.kind == "request" and msg.method != "initialize":
+            # Only sessions that began (initialize answered with a session id) or
+            # called a tool have an episode: a failed discovery probe records nothing.
+            slot = self._slots.get(key)
+            if slot is not None and not slot.opened:
+                self.offer(slot, msg)
+        call = tool_call_of(msg)
+        if call is not None:
+            await HttpToolCall(self, key, down, url, headers, body, msg, *call).run()
+            return
+        if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
+            return
+        await self.relay(down, "POST", url, headers, body, msg=msg)
 
     async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
         """Cancel a recorded call the client gave up on; True if answered here."""

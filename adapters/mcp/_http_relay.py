@@ -77,7 +77,7 @@ class HttpRelay(HttpSessions):
             reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
             if msg.method != "initialize":  # no session yet; and it cannot be cancelled
-                if (slot := self._slots.get(self.key_for(headers, msg))) is not None:
+                if (slot := self._slots.get(self.key_for(headers, msg, down.conn_id))) is not None:
                     slot.abort(reason)
                 await self.cancel_upstream(url, headers, msg.id, reason)
         if mid_event:
@@ -112,7 +112,11 @@ class HttpRelay(HttpSessions):
                 # The session id arrives with the answer: its episode takes the case id
                 # the client named on initialize.
                 sid = response.headers.get("mcp-session-id")
-                key = f"session:{sid}" if sid is not None else self.key_for(headers, msg)
+                key = (
+                    f"session:{sid}"
+                    if sid is not None
+                    else self.key_for(headers, msg, down.conn_id)
+                )
                 self.offer(self.slot(key), msg)
             ctype = response.headers.get("content-type", "")
             encoding = response.headers.get("content-encoding", "identity")

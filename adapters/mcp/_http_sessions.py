@@ -1,8 +1,13 @@
 """The HTTP proxy's state: one episode per MCP session, the calls in flight, the schemas.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
-gets one per case id it names in ``_meta``, or one for the whole proxy run. A session's
-DELETE interrupts its calls still running, then ends its episode. The proxy learns the
+gets one per case id it names in ``_meta``, else one per client connection (with
+``--case-id``, one for the whole proxy run): sessions that name no case are never merged.
+A session's DELETE interrupts its calls still running, then ends its episode. A session
+whose client is *gone* - no connection that carried its requests still open, nothing in
+progress (a call, a relayed request, a GET stream) - ends ``complete`` after
+``session_grace`` seconds, and a stop (a signal) that finds it gone does not abort it:
+clients that never send DELETE (sessionless ones, TS SDK v1's ``close()``) finish cleanly. The proxy learns the
 tools' output schemas from the listings it relays, or asks the server itself, once,
 before it answers a call without the server (see ``learn_schemas``).
 """
@@ -48,6 +53,18 @@ class RunningCall(Protocol):
     def answered(self) -> anyio.Event: ...
 
 
+class Presence:
+    """Whether a session's client is still there: its open connections, its exchanges
+    in progress, the timer that ends its episode once it is gone."""
+
+    __slots__ = ("busy", "connections", "timer")
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.busy = 0
+        self.timer: anyio.CancelScope | None = None
+
+
 class HttpSessions:
     """The HTTP proxy's configuration and sessions (``HttpProxy`` documents the arguments)."""
 
@@ -70,6 +87,7 @@ class HttpSessions:
         fsync: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
         max_message_bytes: int = MAX_BODY,
+        session_grace: float | None = 60.0,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -99,6 +117,10 @@ class HttpSessions:
             "egress": False,  # the server is remote: its egress is not ours to see
         }
         self._slots: dict[str, EpisodeSlot] = {}
+        #: Seconds a session's client may be gone before its episode ends (None: never).
+        self.session_grace = session_grace
+        self._presence: dict[str, Presence] = {}
+        self._connections = 0  # client connections accepted (each gets the next number)
         self._stopping = anyio.Event()
         #: Why the proxy was stopped early (a signal), or None.
         self.stop_reason: str | None = None
@@ -135,14 +157,68 @@ class HttpSessions:
         if (version := protocol_version_of(msg)) is not None:
             slot.note("protocol_version", version)
 
-    def key_for(self, headers: Sequence[tuple[bytes, bytes]], msg: Message) -> str:
+    def key_for(
+        self, headers: Sequence[tuple[bytes, bytes]], msg: Message, conn_id: int = 0
+    ) -> str:
         if (sid := header(headers, b"mcp-session-id")) is not None:
             return f"session:{sid}"
-        if self.case_id is None and (case := case_id_of(msg)) is not None:
+        if self.case_id is not None:
+            return "proxy"  # the operator named the run's case: one episode for it
+        if (case := case_id_of(msg)) is not None:
             return f"case:{case}"
-        return "proxy"
+        return f"connection:{conn_id}"  # no session, no case: never merged with another
+
+    def arrive(self, key: str, keys: set[str]) -> None:
+        """An exchange of session ``key`` starts, on a connection that carried ``keys``."""
+        presence = self._presence.get(key)
+        if presence is None:
+            presence = self._presence[key] = Presence()
+        if key not in keys:
+            keys.add(key)
+            presence.connections += 1
+        presence.busy += 1
+        if presence.timer is not None:
+            presence.timer.cancel()  # the client is back
+            presence.timer = None
+
+    def leave(self, key: str) -> None:
+        """An exchange of session ``key`` is over."""
+        presence = self._presence.get(key)
+        if presence is not None:
+            presence.busy -= 1
+            self._maybe_gone(key, presence)
+
+    def disconnect(self, keys: set[str]) -> None:
+        """A client connection closed; it carried the sessions ``keys``."""
+        for key in keys:
+            presence = self._presence.get(key)
+            if presence is not None:
+                presence.connections -= 1
+                self._maybe_gone(key, presence)
+
+    def gone(self, key: str) -> bool:
+        """Whether session ``key``'s client is gone (see the module's docstring)."""
+        presence = self._presence.get(key)
+        return presence is not None and not presence.connections and not presence.busy
+
+    def _maybe_gone(self, key: str, presence: Presence) -> None:
+        if presence.connections or presence.busy:
+            return
+        if key not in self._slots:
+            del self._presence[key]
+        elif self.session_grace is not None and presence.timer is None:
+            presence.timer = anyio.CancelScope()
+            self._outer.start_soon(self._end_when_gone, key, presence.timer)
+
+    async def _end_when_gone(self, key: str, scope: anyio.CancelScope) -> None:
+        assert self.session_grace is not None
+        with scope:
+            await anyio.sleep(self.session_grace)
+        if not scope.cancel_called and self.gone(key):
+            await self._end_session(key)
 
     async def _end_session(self, key: str) -> None:
+        self._presence.pop(key, None)
         slot = self._slots.pop(key, None)
         if slot is None:
             return

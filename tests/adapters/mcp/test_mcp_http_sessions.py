@@ -1,0 +1,95 @@
+"""Episodes of the streamable-HTTP proxy: never merged, complete once the client is gone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from test_mcp_helpers import calls, episodes
+
+# The stateless scripted upstream of the failure tests (its fixture, imported to be used).
+from test_mcp_http_failures import upstream  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def call(rid: int, name: str = "echo") -> dict[str, Any]:
+    """A call that names no case (no ``litmus/case_id``)."""
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name}}
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, url: str, **options: Any) -> AsyncIterator[tuple[Any, str]]:
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(url, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=10, **options)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        yield proxy, f"http://127.0.0.1:{port}"
+        proxy.stop()
+
+
+async def test_sessions_that_name_no_case_are_never_merged(tmp_path: Path, upstream: str) -> None:  # noqa: F811
+    async with serving(tmp_path, upstream) as (_, base):
+        for _client in range(3):  # three clients, each on its own connection
+            async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+                for rid in (1, 2):
+                    reply = (await client.post("/mcp", json=call(rid), headers=ACCEPT)).json()
+                    assert reply["result"]["content"][0]["text"] == "ok"
+    eps = episodes(tmp_path / "eps.jsonl")
+    assert len(eps) == 3
+    assert [len(calls(ep)) for ep in eps] == [2, 2, 2]
+    assert all(ep.complete for ep in eps)
+
+
+async def test_a_session_whose_client_left_without_delete_ends_complete(
+    tmp_path: Path,
+    upstream: str,  # noqa: F811
+) -> None:
+    """No DELETE (TS SDK v1's close, sessionless clients): once no connection of the
+    session is open and nothing is in progress, the episode ends complete after the
+    grace period, and a signal after that changes nothing."""
+    session = {**ACCEPT, "Mcp-Session-Id": "S2"}
+    async with serving(tmp_path, upstream, session_grace=0.2) as (proxy, base):
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            await client.post("/mcp", json=call(1), headers=session)
+        with anyio.fail_after(10):
+            # ASYNC110: the condition is the episode file's end record; no event for it.
+            while not any(ep.end for ep in episodes(tmp_path / "eps.jsonl")):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        proxy.stop("the proxy was stopped by SIGTERM")
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    assert ep.complete
+    assert ep.header.meta["mcp"]["session_id"] == "S2"
+
+
+async def test_a_signal_aborts_only_the_sessions_still_there(
+    tmp_path: Path,
+    upstream: str,  # noqa: F811
+) -> None:
+    async with serving(tmp_path, upstream, session_grace=None) as (proxy, base):
+        async with httpx.AsyncClient(base_url=base, timeout=10) as gone:
+            await gone.post("/mcp", json=call(1), headers={**ACCEPT, "Mcp-Session-Id": "A"})
+        async with httpx.AsyncClient(base_url=base, timeout=10) as there:
+            await there.post("/mcp", json=call(1), headers={**ACCEPT, "Mcp-Session-Id": "B"})
+            proxy.stop("the proxy was stopped by SIGTERM")  # B's connection is still open
+            with anyio.fail_after(10):
+                await proxy.stopped.wait()
+    by_session = {
+        ep.header.meta["mcp"]["session_id"]: ep for ep in episodes(tmp_path / "eps.jsonl")
+    }
+    assert by_session["A"].complete
+    b = by_session["B"].end
+    assert b is not None
+    assert (b.status, b.reason) == ("aborted", "the proxy was stopped by SIGTERM")
