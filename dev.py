@@ -4,7 +4,8 @@
     python3 dev.py demo       run the built-in demo end to end (litmus-sandbox demo)
     python3 dev.py incident   reproduce the incident's figures on a synthetic suite
     python3 dev.py test       lint (ruff), type-check (mypy --strict), check the layers
-                              (import-linter) and run the tests
+                              (import-linter), build the docs (mkdocs --strict: a broken
+                              link fails) and run the tests
 
 Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
 installs the project into it (editable, with its test and dev extras).
@@ -109,11 +110,13 @@ def main(argv: list[str]) -> int:
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     _ensure_npm_servers()
     _ensure_browser()
+    os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # mkdocs-material's banner, every build
     for step in (
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
         [BIN / "mypy"],
         [BIN / "lint-imports"],
+        [BIN / "mkdocs", "build", "--strict", "--site-dir", ROOT / "build" / "site"],
     ):
         if (rc := _run(*step)) != 0:
             return rc

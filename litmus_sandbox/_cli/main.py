@@ -46,6 +46,15 @@ from litmus_sandbox.reports._shared import plural
 EXIT_OK, EXIT_USAGE = 0, 2
 #: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
 EXIT_INTERNAL = 3
+#: What ``litmus-sandbox --help`` says of the exit codes (each command's help says its own).
+EXIT_CODES = (
+    "exit codes: 0 nothing blocks; 1 a REGRESSION (gate), a divergence (replay --check), a "
+    "difference (diff); 2 bad usage or unreadable input (one line naming the file and "
+    "line); 3 litmus-sandbox itself failed (a bug); 4 NEEDS_REBASELINE / NEEDS_RERUN cases "
+    "and no regression (gate, unless --allow-unresolved); 5 nothing was compared (gate, "
+    "unless --allow-empty); 6 the judge gave no verdict for some steps (score, rebaseline, "
+    "gate --candidate-episodes); 130 stopped by a signal (proxy mcp)."
+)
 
 
 def default_cache_path() -> str:
@@ -308,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="litmus-sandbox",
         description="Record agent runs honestly, score them, and gate only what is comparable.",
+        epilog=EXIT_CODES,
     )
     parser.add_argument(
         "--version", action="version", version=f"litmus-sandbox {package_version()}"
