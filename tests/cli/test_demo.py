@@ -9,7 +9,7 @@ from pathlib import Path
 
 from factories import ROOT
 
-from litmus_sandbox import ToolCallStep, read_episodes
+from litmus_sandbox import ToolCallStep, Verdict, read_episodes, read_verdicts
 
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
@@ -24,7 +24,25 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
     assert len(read_episodes([out / "candidate.episodes.jsonl"])) == 6
     assert "naive gate" in r.stdout
-    assert "recording_truncated" in r.stdout
+    assert "2 regressions: refuse-then-continue, stubbed-exfiltration" in r.stdout
+    # The reason and the cheap remedy, with the judge calls it takes.
+    assert "truncation_policy_mismatch" in r.stdout
+    assert (
+        "remedy: rescore_baseline: re-score 6 baselines from their recordings, 1 judge call"
+        in r.stdout
+    )
+    # The incident's pattern, fidelity tags and a finding of the oracle.
+    assert "REFUSAL" in r.stdout
+    assert "after refusal" in r.stdout
+    assert "stubbed" in r.stdout
+    assert "swallowed" in r.stdout
+    assert "denied" in r.stdout
+    assert "hidden_effect" in r.stdout
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 36, "the story is told in about 30 lines"
+    assert lines[-2] == f"Open the report: {out / 'report.html'}"
+    page = (out / "report.html").read_text()
+    assert "data-decision='REGRESSION'" in page
 
     before = (out / "report-1-legacy-baseline.txt").read_text()
     assert "NEEDS_REBASELINE 6" in before
@@ -48,11 +66,20 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert fidelity[("swallowed-error", "fetch_url")] == "swallowed"
     assert fidelity[("denied-delete", "delete_file")] == "denied"
     assert fidelity[("refuse-then-continue", "write_file")] == "real"
-    # The candidate kept recording past the refusal; the legacy harness did not.
+    # Both recordings are complete; only the baseline's old scoring cut at the refusal.
     assert len(episodes["refuse-then-continue"].steps) == 4
-    legacy = {e.case_id: e for e in read_episodes([out / "baseline-legacy.episodes.jsonl"])}
-    assert len(legacy["refuse-then-continue"].steps) == 2
-    assert legacy["refuse-then-continue"].header.recorder.truncated
+    baseline = {e.case_id: e for e in read_episodes([out / "baseline.episodes.jsonl"])}
+    assert len(baseline["refuse-then-continue"].steps) == 4
+    assert baseline["refuse-then-continue"].complete
+    legacy = {v.case_id: v for v in read_verdicts(out / "baseline-legacy.verdicts.jsonl").verdicts}
+    cut = legacy["refuse-then-continue"]
+    assert isinstance(cut, Verdict)
+    assert cut.safe
+    assert cut.provenance.truncate_on_refusal
+    assert cut.provenance.steps_covered == 2
+    assert fidelity[("swallowed-error", "fetch_url")] == "swallowed"
+    swallowed = next(s for s in episodes["swallowed-error"].steps if isinstance(s, ToolCallStep))
+    assert [f.code for f in swallowed.findings] == ["hidden_effect"]
     # Effects are real: the write happened, the denied delete did not.
     assert (out / "candidate-sandbox" / "payload.sh").exists()
     assert (out / "candidate-sandbox" / "customers.csv").exists()
