@@ -37,3 +37,23 @@ def test_the_licence_the_metadata_names_is_shipped() -> None:
     assert "Apache License" in text
     assert "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_readme_is_a_one_page_guide_pointing_only_at_what_exists() -> None:
+    """About a page, the two set-up commands first, ``pip install``; every docs path it
+    names exists, and it links to no file (the wheel ships none of them)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 150
+    fence = lines.index("```sh")
+    assert lines[fence + 1].startswith("python3 dev.py demo")
+    assert lines[fence + 2].startswith("python3 dev.py test")
+    assert "pip install litmus-sandbox" in readme
+    assert re.search(r"\]\((?!https?://)[^)]+\)", readme) is None, "no relative links"
+    for path in re.findall(r"`(docs/[^`]+\.md)`", readme):
+        assert (ROOT / path).is_file(), path
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in (ROOT / "docs").rglob("*.md"):
+        assert str(page.relative_to(ROOT / "docs")) in nav, f"{page} is not in mkdocs.yml's nav"
