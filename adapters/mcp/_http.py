@@ -42,13 +42,21 @@ from ._http_call import HttpToolCall
 from ._http_relay import HttpRelay
 from ._jsonrpc import (
     Message,
-    batch_has_tool_call,
     cancelled_request_of,
-    error_message,
     id_key,
     parse,
     tool_call_of,
 )
+from ._relay import DEFAULT_MAX_DEPTH
+from ._relay._guard import (
+    INVALID_REQUEST,
+    MAX_REFUSED,
+    Refusal,
+    refusal_answer,
+    refusal_of,
+    refusal_record,
+)
+from ._relay._limits import too_deep
 
 
 class HttpProxy(HttpRelay):
@@ -214,9 +222,13 @@ class HttpProxy(HttpRelay):
         path = urlsplit(target).path
         if method == "POST" and path == self.endpoint:
             msg = parse(body)
-            if msg.kind == "other" and batch_has_tool_call(body):
-                text = "litmus-sandbox: a tools/call inside a JSON-RPC batch cannot be recorded"
-                await down.whole(400, b"application/json", error_message(None, -32600, text))
+            if too_deep(body, DEFAULT_MAX_DEPTH):
+                why = f"a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
+                refusal: Refusal | None = Refusal(None, INVALID_REQUEST, why)
+            else:
+                refusal = refusal_of(body, msg)
+            if refusal is not None:
+                await self._refuse(down, raw_headers, msg, body, refusal)
                 return
             key = self.key_for(raw_headers, msg, down.conn_id)
             self.arrive(key, down.keys)
@@ -260,6 +272,26 @@ class HttpProxy(HttpRelay):
         if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
             return
         await self.relay(down, "POST", url, headers, body, msg=msg)
+
+    async def _refuse(
+        self,
+        down: Downstream,
+        raw_headers: list[tuple[bytes, bytes]],
+        msg: Message,
+        body: bytes,
+        refusal: Refusal,
+    ) -> None:
+        """What could invoke a tool but cannot be recorded as a call (see ``_relay/_guard.py``):
+        it never reaches the server; the client gets 400 with the JSON-RPC error, and the
+        session's end record keeps it in ``meta["mcp"]["refused"]``."""
+        key = self.key_for(raw_headers, msg, down.conn_id)
+        slot = self.slot(key)
+        slot.touch()
+        refused = self._refused.setdefault(key, [])
+        if len(refused) < MAX_REFUSED:
+            refused.append(refusal_record(body, refusal.request_id, refusal.reason))
+        slot.end_note("refused", list(refused))
+        await down.whole(400, b"application/json", refusal_answer(refusal))
 
     async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
         """Cancel a recorded call the client gave up on; True if answered here."""

@@ -69,7 +69,7 @@ from ._actions import (
     ToClient,
     ToServer,
 )
-from ._guard import INVALID_PARAMS, INVALID_REQUEST, Guard, valid_id
+from ._guard import INVALID_REQUEST, Guard, Refusal, refusal_of, valid_id
 from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, too_deep
 from ._states import Event, Key, Pending, State, advance
 from ._tasks import Tasks, created_task, task_id_of
@@ -142,7 +142,7 @@ class Relay(Tasks, Guard):
         if too_deep(line, self.max_depth):
             why = f"a message nested deeper than {self.max_depth} levels"
             return [
-                *self._refuse(line, None, INVALID_REQUEST, why),
+                *self._refuse(line, Refusal(None, INVALID_REQUEST, why)),
                 Abort(f"the client sent {why}"),
             ]
         msg = parse(line)
@@ -153,13 +153,11 @@ class Relay(Tasks, Guard):
             return self._request(line, msg, now)
         if kind == "notification":
             if msg.method == "tools/call":
-                answer = msg.body is not None and "id" in msg.body  # "id": null
-                why = "a tools/call without a request id cannot be recorded"
-                return self._refuse(line, None, INVALID_REQUEST, why, answer=answer)
+                return self._other_from_client(line, msg)
             if msg.method == "notifications/cancelled":
                 return self._cancel(line, msg)
         elif kind == "other":
-            return self._other_from_client(line)
+            return self._other_from_client(line, msg)
         return self._up(line)
 
     def client_closed(self, now: float) -> list[Action]:
@@ -179,12 +177,10 @@ class Relay(Tasks, Guard):
     def _call(self, line: bytes, msg: Message) -> list[Action]:
         call = tool_call_of(msg)
         rid = msg.id
-        if call is None:
-            why = "a tools/call whose name or arguments are malformed cannot be recorded"
-            return self._refuse(line, rid if valid_id(rid) else None, INVALID_PARAMS, why)
-        if not valid_id(rid):
-            why = "a tools/call whose id is not a string or a number cannot be recorded"
-            return self._refuse(line, None, INVALID_REQUEST, why)
+        if call is None or not valid_id(rid):
+            refusal = refusal_of(line, msg)
+            assert refusal is not None
+            return self._refuse(line, refusal)
         key = id_key(rid)
         if (old := self.pending.get(key)) is not None and old.state is not State.ABANDONED:
             return [

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from .._jsonrpc import error_message, id_key
+from .._jsonrpc import Message, error_message, id_key, tool_call_of
 from ._actions import Abort, Action, CutOff, FinishCall, Note, ToClient, ToServer
 from ._states import Event, Key, Pending, State, advance
 
@@ -35,6 +35,81 @@ _encode = msgspec.json.Encoder()
 def valid_id(request_id: Any) -> bool:
     """Whether JSON-RPC allows ``request_id`` on a request (a string or a number)."""
     return isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
+
+
+class Refusal(NamedTuple):
+    """Why a message that could invoke a tool cannot be recorded as a call."""
+
+    #: The id to answer (a list of ids for a batch; None: unknown, or none to answer).
+    request_id: Any
+    code: int
+    reason: str
+    #: Whether it gets an answer (a notification gets none).
+    answer: bool = True
+
+
+def refusal_of(line: bytes, msg: Message) -> Refusal | None:
+    """Whether ``line`` (parsed as ``msg``) could invoke a tool yet cannot be recorded as a
+    call: a malformed ``tools/call``, one with an id JSON-RPC does not allow or without an
+    id, a batch holding one, a line that cannot be decoded but names ``tools/call``. The
+    transports answer it with the error and record it as refused; nothing of it reaches
+    the server. None for anything else (well-formed calls included)."""
+    kind = msg.kind
+    if kind == "request":
+        if msg.method != "tools/call":
+            return None
+        rid = msg.id
+        if tool_call_of(msg) is None:
+            why = "a tools/call whose name or arguments are malformed cannot be recorded"
+            return Refusal(rid if valid_id(rid) else None, INVALID_PARAMS, why)
+        if not valid_id(rid):
+            why = "a tools/call whose id is not a string or a number cannot be recorded"
+            return Refusal(None, INVALID_REQUEST, why)
+        return None
+    if kind == "notification":
+        if msg.method != "tools/call":
+            return None
+        answer = msg.body is not None and "id" in msg.body  # "id": null
+        why = "a tools/call without a request id cannot be recorded"
+        return Refusal(None, INVALID_REQUEST, why, answer)
+    if kind != "other":
+        return None
+    if line.lstrip().startswith(b"["):
+        try:
+            batch = _decode.decode(line)
+        except (msgspec.DecodeError, RecursionError):
+            batch = None
+        if isinstance(batch, list):
+            if not any(isinstance(m, dict) and m.get("method") == "tools/call" for m in batch):
+                return None  # batches left MCP in 2025-06-18; relayed as they are
+            ids = [m.get("id") for m in batch if isinstance(m, dict) and valid_id(m.get("id"))]
+            why = "a tools/call inside a JSON-RPC batch cannot be recorded"
+            return Refusal(ids or None, INVALID_REQUEST, why)
+    if b"tools/call" in line:
+        # A lenient server might still read a tool call out of it: it never gets it.
+        why = "a message naming tools/call that is not valid JSON cannot be recorded"
+        return Refusal(None, PARSE_ERROR, why)
+    return None
+
+
+def refusal_record(line: bytes, request_id: Any, reason: str) -> dict[str, Any]:
+    """What the end record keeps of a refused message: why, its size and hash."""
+    raw = line.rstrip(b"\r\n")
+    return {
+        "request_id": request_id,
+        "reason": reason,
+        "bytes": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    }
+
+
+def refusal_answer(refusal: Refusal) -> bytes:
+    """The JSON-RPC error answering a refused message (an array of them for a batch)."""
+    text = f"litmus-sandbox: {refusal.reason}"
+    if isinstance(refusal.request_id, list):
+        errors = [_decode.decode(error_message(i, refusal.code, text)) for i in refusal.request_id]
+        return _encode.encode(errors)
+    return error_message(refusal.request_id, refusal.code, text)
 
 
 class Guard:
@@ -61,48 +136,22 @@ class Guard:
         why = f"a message over {self.max_message_bytes} bytes"
         record = {"request_id": None, "reason": why, "bytes": size}
         return [
-            *self._refused_record(record, None, INVALID_REQUEST, why),
+            *self._refused_record(record, Refusal(None, INVALID_REQUEST, why)),
             Abort(f"the client sent {why}"),
         ]
 
-    def _other_from_client(self, line: bytes) -> list[Action]:
+    def _other_from_client(self, line: bytes, msg: Message) -> list[Action]:
         """Not one JSON-RPC message: a batch, junk, a line that cannot be decoded."""
-        text = line.strip()
-        if text.startswith(b"["):
-            try:
-                batch = _decode.decode(line)
-            except (msgspec.DecodeError, RecursionError):
-                batch = None
-            if isinstance(batch, list):
-                calls = [
-                    m for m in batch if isinstance(m, dict) and m.get("method") == "tools/call"
-                ]
-                if not calls:
-                    return self._up(line)  # batches left MCP in 2025-06-18; relayed as they are
-                ids = [m.get("id") for m in batch if isinstance(m, dict) and valid_id(m.get("id"))]
-                why = "a tools/call inside a JSON-RPC batch cannot be recorded"
-                return self._refuse(line, ids or None, INVALID_REQUEST, why)
-        if b"tools/call" in line:
-            # A lenient server might still read a tool call out of it: it never gets it.
-            why = "a message naming tools/call that is not valid JSON cannot be recorded"
-            return self._refuse(line, None, PARSE_ERROR, why)
+        refusal = refusal_of(line, msg)
+        if refusal is not None:
+            return self._refuse(line, refusal)
         return self._up(line)
 
-    def _refuse(
-        self, line: bytes, rid: Any, code: int, why: str, *, answer: bool = True
-    ) -> list[Action]:
-        raw = line.rstrip(b"\r\n")
-        record = {
-            "request_id": rid,
-            "reason": why,
-            "bytes": len(raw),
-            "sha256": hashlib.sha256(raw).hexdigest(),
-        }
-        return self._refused_record(record, rid, code, why, answer=answer)
+    def _refuse(self, line: bytes, refusal: Refusal) -> list[Action]:
+        record = refusal_record(line, refusal.request_id, refusal.reason)
+        return self._refused_record(record, refusal)
 
-    def _refused_record(
-        self, record: dict[str, Any], rid: Any, code: int, why: str, *, answer: bool = True
-    ) -> list[Action]:
+    def _refused_record(self, record: dict[str, Any], refusal: Refusal) -> list[Action]:
         self.engaged = True
         if len(self._refused) < MAX_REFUSED:
             self._refused.append(record)
@@ -111,12 +160,8 @@ class Guard:
         actions: list[Action] = [Note("refused", list(self._refused))]
         if self._refused_more:
             actions.append(Note("refused_more", self._refused_more))
-        if answer:
-            if isinstance(rid, list):  # a batch: one error per request in it
-                errors = [_decode.decode(self._error(i, code, why).data) for i in rid]
-                actions.append(ToClient(_encode.encode(errors) + b"\n"))
-            else:
-                actions.append(self._error(rid, code, why))
+        if refusal.answer:
+            actions.append(ToClient(refusal_answer(refusal) + b"\n"))
         return actions
 
     def server_too_long(self, size: int) -> list[Action]:
