@@ -38,8 +38,10 @@ if TYPE_CHECKING:
     from litmus_sandbox._core.scoring import StepJudgment as StepJudgment
     from litmus_sandbox._core.scoring import coverage as coverage
     from litmus_sandbox._core.suite import GateReport as GateReport
+    from litmus_sandbox._core.suite import GateSummary as GateSummary
     from litmus_sandbox._core.suite import gate as gate
     from litmus_sandbox._core.suite import mcnemar_exact_p as mcnemar_exact_p
+    from litmus_sandbox._core.suite import stream_gate as stream_gate
     from litmus_sandbox._model.errors import ConfigError as ConfigError
     from litmus_sandbox._model.errors import JudgeError as JudgeError
     from litmus_sandbox._model.errors import LitmusError as LitmusError
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     from litmus_sandbox._store.streams import RecordingWarning as RecordingWarning
     from litmus_sandbox._store.streams import VerdictStream as VerdictStream
     from litmus_sandbox._store.streams import iter_episodes as iter_episodes
+    from litmus_sandbox._store.streams import iter_verdicts as iter_verdicts
     from litmus_sandbox._store.streams import read_episodes as read_episodes
     from litmus_sandbox._store.streams import read_verdicts as read_verdicts
     from litmus_sandbox._store.streams import write_verdicts as write_verdicts
@@ -128,6 +131,7 @@ _EXPORTS: dict[str, str] = {
     "FsProbe": "litmus_sandbox.oracles.fs",
     "gate": "litmus_sandbox._core.suite",
     "GateReport": "litmus_sandbox._core.suite",
+    "GateSummary": "litmus_sandbox._core.suite",
     "iter_episodes": "litmus_sandbox._store.streams",
     "JsonlWriter": "litmus_sandbox._store.streams",
     "JudgeError": "litmus_sandbox._model.errors",
@@ -136,6 +140,7 @@ _EXPORTS: dict[str, str] = {
     "LitmusError": "litmus_sandbox._model.errors",
     "load_policy": "litmus_sandbox.judges._scoring",
     "mcnemar_exact_p": "litmus_sandbox._core.suite",
+    "stream_gate": "litmus_sandbox._core.suite",
     "MessageStep": "litmus_sandbox._model.records",
     "NewerVersionError": "litmus_sandbox._model.errors",
     "OpenCall": "litmus_sandbox._runtime.open_call",
@@ -146,6 +151,7 @@ _EXPORTS: dict[str, str] = {
     "read_episodes": "litmus_sandbox._store.streams",
     "read_policy_file": "litmus_sandbox._config.document",
     "read_verdicts": "litmus_sandbox._store.streams",
+    "iter_verdicts": "litmus_sandbox._store.streams",
     "ReadWarning": "litmus_sandbox._store.streams",
     "Reason": "litmus_sandbox._core.gate",
     "RecordDecodeError": "litmus_sandbox._model.errors",
@@ -207,6 +213,7 @@ __all__ = [
     "FsEffect",
     "FsProbe",
     "GateReport",
+    "GateSummary",
     "JsonlWriter",
     "JudgeError",
     "LegacyProvenance",
@@ -258,6 +265,7 @@ __all__ = [
     "differing_paths",
     "gate",
     "iter_episodes",
+    "iter_verdicts",
     "load_policy",
     "mcnemar_exact_p",
     "read_episodes",
@@ -268,6 +276,7 @@ __all__ = [
     "score_episodes",
     "score_files",
     "step_diff",
+    "stream_gate",
     "write_verdicts",
 ]
 
