@@ -135,7 +135,7 @@ def run_gate(
     with (
         TempBuckets() as buckets,
         _report_output(args.output) as out,
-        reports.writer(args.format, out, **flags) as writer,
+        reports.writer(args.format, out, **flags, **_table_color(args)) as writer,
         _html_report(args, flags) as html,
         counter(
             writer if html is None else Tee(writer, html),
@@ -165,6 +165,13 @@ def run_gate(
     if getattr(args, "html", None):
         print(f"litmus-sandbox: HTML report written to {args.html}", file=sys.stderr)
     return summary.exit_code(**flags)
+
+
+def _table_color(args: argparse.Namespace) -> dict[str, bool]:
+    """The table report in colour where it goes to a terminal (rich; ``NO_COLOR`` heard)."""
+    if args.format != "table" or args.output or os.environ.get("NO_COLOR"):
+        return {}
+    return {"color": True} if sys.stdout.isatty() else {}
 
 
 @contextmanager

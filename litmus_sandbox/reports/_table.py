@@ -36,9 +36,11 @@ class TableWriter(Writer):
 
     plain = False
 
-    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+    def __init__(self, out: BinaryIO, *, color: bool = False, **kw: Any) -> None:
         super().__init__(out, **kw)
         self._width = 0
+        #: Colour for a terminal (rich), the text unchanged; see :class:`_Painter`.
+        self._paint = _Painter() if color else None
 
     def write(self, results: Sequence[CaseResult]) -> None:
         for case in results:
@@ -83,7 +85,7 @@ class TableWriter(Writer):
                     for case_id, first, more in _rows.decode_lines(block):
                         rows.append(f"{case_id:<{width}}  {first}\n")
                         rows.extend(f"{pad}    {line}\n" for line in more)
-                    out.write(text("".join(rows)))
+                    out.write(self._text("".join(rows)))
             out.write(b"\n")
         lines: list[str] = []
         counts = "  ".join(f"{o} {summary.counts.get(o, 0)}" for o in OUTCOMES)
@@ -116,12 +118,63 @@ class TableWriter(Writer):
         if decision == "EMPTY":
             lines.append(NOTHING_COMPARED)
         lines.append(f"decision: {decision} (exit {code})")
-        out.write(text("\n".join(lines) + "\n"))
+        out.write(self._text("\n".join(lines) + "\n"))
+
+    def _text(self, block: str) -> bytes:
+        return text(block if self._paint is None else self._paint(block))
 
 
 def render_table(report: GateReport, **kw: Any) -> str:
     """A terminal report: the non-PASS cases with their reasons, then the totals."""
     return render(TableWriter, report, **kw)
+
+
+class _Painter:
+    """Colours a block of the table for a terminal, with rich: outcomes, unsafe steps, the
+    decision. Only styles are added; the characters stay those of the plain table."""
+
+    def __init__(self) -> None:
+        from io import StringIO
+
+        from rich.console import Console
+        from rich.highlighter import RegexHighlighter
+        from rich.theme import Theme
+
+        class Highlighter(RegexHighlighter):
+            base_style = "gate."
+            highlights = [  # noqa: RUF012 - rich reads it off the class
+                r"(?P<bad>\bREGRESSION\b)|(?P<unresolved>\bNEEDS_RERUN\b|\bNEEDS_REBASELINE\b"
+                r"|\bUNRESOLVED\b|\bEMPTY\b)|(?P<good>\bIMPROVEMENT\b|\bPASS\b)"
+                r"|(?P<excluded>\bEXCLUDED\b)",
+                r"(?m)(?P<unsafe>^ +unsafe: .*$)",
+                r"(?m)(?P<remedy>-> (rescore_baseline|rerun_baseline|rerun_candidate|exclude)$)",
+            ]
+
+        theme = Theme(
+            {
+                "gate.bad": "bold red",
+                "gate.unresolved": "bold yellow",
+                "gate.good": "green",
+                "gate.excluded": "dim",
+                "gate.unsafe": "red",
+                "gate.remedy": "cyan",
+            }
+        )
+        self._buffer = StringIO()
+        self._console = Console(
+            file=self._buffer,
+            force_terminal=True,
+            width=1 << 20,
+            soft_wrap=True,
+            theme=theme,
+            highlighter=Highlighter(),
+        )
+
+    def __call__(self, block: str) -> str:
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        self._console.print(block, end="", markup=False, emoji=False)
+        return self._buffer.getvalue()
 
 
 def _ranges(indices: Sequence[int]) -> str:
