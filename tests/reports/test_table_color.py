@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 import pytest
 from factories import verdict
@@ -37,7 +38,7 @@ def test_colour_only_for_a_table_on_a_terminal(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("NO_COLOR", raising=False)
     args = argparse.Namespace(format="table", output=None)
     assert gate_cli._table_color(args) == {}, "stdout is not a terminal here"
-    monkeypatch.setattr(gate_cli.sys, "stdout", _Tty())
+    monkeypatch.setattr(sys, "stdout", _Tty())
     assert gate_cli._table_color(args) == {"color": True}
     assert gate_cli._table_color(argparse.Namespace(format="json", output=None)) == {}
     assert gate_cli._table_color(argparse.Namespace(format="table", output="r.txt")) == {}
