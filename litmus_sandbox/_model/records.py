@@ -47,6 +47,14 @@ FsOp = Literal["created", "modified", "deleted", "metadata", "symlink"]
 #: (:class:`EgressEvent`): the rule's mode, ``blocked`` (a direct connection the namespace
 #: refused), or how a replayed request was served.
 EgressDecision = Literal["allow", "deny", "stub", "blocked", "replayed", "replay_miss"]
+#: How an effect came to be tied to a call (:class:`FsEffect`, :class:`EgressEvent`):
+#: ``audit`` - the call's own Python audit events name it (an in-process tool);
+#: ``process`` - a process of the call's own process tree made it (a subprocess tool);
+#: ``context`` - the request carried the call's id (an in-process HTTP client);
+#: ``window`` - it was seen while the call, alone, was in flight, and no evidence says more;
+#: ``none`` - nothing ties it to a call (an unattributed effect).
+Attribution = Literal["audit", "process", "context", "window", "none"]
+ATTRIBUTIONS: tuple[str, ...] = ("audit", "process", "context", "window", "none")
 #: What the side-effect oracle concludes (:class:`Finding`).
 FindingCode = Literal["stub_leak", "hidden_effect", "unattributed_effect", "escape"]
 FINDING_CODES: tuple[str, ...] = ("stub_leak", "hidden_effect", "unattributed_effect", "escape")
@@ -150,6 +158,19 @@ class FsEffect(msgspec.Struct, frozen=True, kw_only=True):
     target: str | None = None
     #: Why the entry as it is now could not be read (its content is unknown: no hash).
     error: str | None = None
+    # The fields below were added later; UNSET (left out of the record) until set, so that
+    # effects written before them keep their content hash (the verdict cache's key).
+    #: How the effect was tied to its call (see :data:`Attribution`).
+    attribution: Attribution | msgspec.UnsetType = msgspec.UNSET
+    #: The call in flight when an effect that nothing ties to it was seen.
+    during: str | msgspec.UnsetType = msgspec.UNSET
+    #: A ``deleted`` entry that was renamed: where it went (absolute when outside the root).
+    moved_to: str | msgspec.UnsetType = msgspec.UNSET
+    #: A ``created`` entry that was renamed: where it came from.
+    moved_from: str | msgspec.UnsetType = msgspec.UNSET
+    #: The modification times (ns) of a ``metadata`` change of times (``utime``, ``touch``).
+    before_mtime_ns: int | msgspec.UnsetType = msgspec.UNSET
+    after_mtime_ns: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -167,6 +188,9 @@ class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     sni: str | None = None
     #: The whole URL (``scheme://host[:port]path``; a CONNECT tunnel has no path).
     url: str | None = None
+    #: How the request was tied to its call (see :data:`Attribution`); UNSET until set, as
+    #: on :class:`FsEffect`.
+    attribution: Attribution | msgspec.UnsetType = msgspec.UNSET
 
 
 class Effects(msgspec.Struct, frozen=True, kw_only=True):
