@@ -7,7 +7,12 @@
   root-relative paths that climb out start with ``..``), or egress that the policy denied
   or blocked;
 * ``unattributed_effect`` - an effect no call explains (found by the end-of-episode
-  verification pass, or seen while calls overlapped).
+  verification pass, seen while calls overlapped, or outside the root with no evidence
+  tying it to the call in flight).
+
+Each effect says how it was tied to its call (``attribution``): evidence (``audit``,
+``process``, ``context``) holds even when calls overlapped; ``window`` holds only for a
+call that overlapped nothing; ``none`` never holds (:func:`split`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from litmus_sandbox._model.records import Effects, EgressEvent, Finding, FsEffec
 
 NOT_RUN = frozenset({"stubbed", "denied", "replayed"})
 BLOCKED = frozenset({"deny", "blocked"})
+#: Attributions by evidence: kept on their call whatever else was in flight.
+EVIDENCED = frozenset({"audit", "process", "context"})
 
 
 def is_outside_root(effect: FsEffect) -> bool:
@@ -29,7 +36,7 @@ def is_outside_root(effect: FsEffect) -> bool:
 
 def _escapes(effects: Effects) -> list[Finding]:
     out = [
-        Finding(code="escape", detail=f"{e.op} outside the sandbox root", path=e.path)
+        Finding(code="escape", detail=_fs_detail(e, "outside the sandbox root"), path=e.path)
         for e in effects.fs
         if is_outside_root(e)
     ]
@@ -39,6 +46,17 @@ def _escapes(effects: Effects) -> list[Finding]:
         if e.decision in BLOCKED
     )
     return out
+
+
+def _fs_detail(e: FsEffect, what: str) -> str:
+    detail = f"{e.op} {what}"
+    if isinstance(e.moved_from, str):
+        detail += f" (moved from {e.moved_from})"
+    elif isinstance(e.moved_to, str):
+        detail += f" (moved to {e.moved_to})"
+    if e.attribution in EVIDENCED or e.attribution == "window":
+        detail += f"; attributed by {e.attribution}"
+    return detail
 
 
 def _egress_detail(e: EgressEvent) -> str:
@@ -91,7 +109,8 @@ def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:
     out = [
         Finding(
             code="unattributed_effect",
-            detail=f"{e.op} seen with no call to explain it",
+            detail=f"{e.op} seen with no call to explain it"
+            + (f" (while call {e.during} was in flight)" if isinstance(e.during, str) else ""),
             path=e.path,
         )
         for e in effects.fs
@@ -112,22 +131,57 @@ def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:
     return tuple(out)
 
 
-def distinct(effects: Effects) -> Effects:
-    """``effects`` with each filesystem or state change once, in first-seen order
-    (overlapping calls each saw the other's changes); egress events are kept as they are
-    (each is a request of its own)."""
-    return Effects(
-        fs=tuple(_unique(effects.fs)), egress=effects.egress, state=tuple(_unique(effects.state))
+def split(effects: Effects, window_holds: bool) -> tuple[Effects, Effects]:
+    """(what stays on the call, what is unattributed) of one probe's ``effects``.
+
+    Filesystem effects tied by evidence stay, ``none`` ones never do, and the others
+    (``window``, or a probe that does not say) stay when ``window_holds``: the probe
+    attributes exactly, or the call overlapped nothing. Egress and state effects follow
+    ``window_holds`` alone (an exact probe holds it).
+    """
+    if window_holds and not any(e.attribution == "none" for e in effects.fs):
+        return effects, Effects()
+    kept: list[FsEffect] = []
+    left: list[FsEffect] = []
+    for e in effects.fs:
+        if e.attribution in EVIDENCED or (window_holds and e.attribution != "none"):
+            kept.append(e)
+        elif e.attribution == "none":
+            left.append(e)
+        else:  # seen in a window that other calls shared: it could be any of theirs
+            left.append(msgspec.structs.replace(e, attribution="none"))
+    if window_holds:
+        return Effects(fs=tuple(kept), egress=effects.egress, state=effects.state), Effects(
+            fs=tuple(left)
+        )
+    return Effects(fs=tuple(kept)), Effects(
+        fs=tuple(left), egress=effects.egress, state=effects.state
     )
 
 
-def _unique(items: tuple[Any, ...]) -> list[Any]:
+def distinct(effects: Effects) -> Effects:
+    """``effects`` with each filesystem or state change once, in first-seen order
+    (overlapping calls each saw the other's changes; which call was in flight does not
+    make a change another); egress events are kept as they are (each is a request of its
+    own)."""
+    return Effects(
+        fs=tuple(_unique(effects.fs, _without_during)),
+        egress=effects.egress,
+        state=tuple(_unique(effects.state)),
+    )
+
+
+def _without_during(effect: Any) -> Any:
+    return msgspec.structs.replace(effect, during=msgspec.UNSET)
+
+
+def _unique(items: tuple[Any, ...], key: Any = None) -> list[Any]:
     seen: set[bytes] = set()
     out = []
     for item in items:
-        key = msgspec.json.encode(item)
-        if key not in seen:
-            seen.add(key)
+        encoded = msgspec.json.encode(key(item) if key is not None else item)
+        if encoded not in seen:
+            seen.add(encoded)
             out.append(item)
     return out
 

@@ -10,9 +10,12 @@ its calls - through the probes' coroutines (:meth:`Watch.before`, :meth:`Watch.a
 through their plain windows for a call an adapter runs inline (:meth:`Watch.open_windows`,
 :meth:`Watch.close_windows`) - and attributes what each probe saw:
 
-* to the call, when the probe attributes exactly or the call overlapped nothing;
-* else to the episode's unattributed effects, reported at its end (:meth:`Watch.finish`)
-  once, with what the probes' final pass found.
+* to the call, when evidence ties an effect to it (its ``attribution``: ``audit``,
+  ``process``, ``context``), or the probe attributes exactly, or the call overlapped
+  nothing;
+* else (and always for an effect a probe ties to no call: ``none``) to the episode's
+  unattributed effects, reported at its end (:meth:`Watch.finish`) once, with what the
+  probes' final pass found.
 
 A call whose step is never recorded (misconfigured) has its windows closed all the same
 (:meth:`Watch.abandon`): what the probes saw is unattributed rather than lost.
@@ -26,7 +29,13 @@ from typing import Any
 
 import msgspec
 
-from litmus_sandbox._core.findings import call_findings, distinct, merge, unattributed_findings
+from litmus_sandbox._core.findings import (
+    call_findings,
+    distinct,
+    merge,
+    split,
+    unattributed_findings,
+)
 from litmus_sandbox._model.records import Effects, Finding, ToolCallStep
 from litmus_sandbox._runtime.ledger import CallLedger
 from litmus_sandbox.oracles._probe import (
@@ -135,10 +144,10 @@ class Watch:
         overlapped = self._ledger.leave(call_id)
         attributed: list[Effects] = []
         for exact, effects in zip(self._observers.exact, observed, strict=True):
-            if exact or not overlapped:
-                attributed.append(effects)
-            elif effects:
-                self._unattributed.append(effects)
+            kept, left = split(effects, exact or not overlapped)
+            attributed.append(kept)
+            if left:
+                self._unattributed.append(left)
         step = msgspec.structs.replace(step, effects=merge(attributed))
         return msgspec.structs.replace(step, findings=call_findings(step))
 

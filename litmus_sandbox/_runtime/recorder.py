@@ -62,6 +62,7 @@ from litmus_sandbox._runtime.replay import Cassette
 from litmus_sandbox._runtime.steps import CallSteps
 from litmus_sandbox._runtime.stream import EpisodeStream
 from litmus_sandbox._runtime.tool_calls import ToolResult, shown_value
+from litmus_sandbox.oracles import _audit as audit
 
 _ROLES: dict[str, Role] = {
     "user": "user",
@@ -266,6 +267,12 @@ class Recording:
         watch = self._watch
         if watch is not None:
             await watch.before(call.call_id)
+            if runner is not None:
+                # The call runs where the audit hook does not see (an adapter's server, a
+                # subprocess): unless its processes report what they did, only its window
+                # can say what it changed outside the root.
+                for evidence in audit.collecting():
+                    evidence.delegated = True
         try:
             performed = await mode.perform(call, policy, self._env, runner)
         except (anyio.get_cancelled_exc_class(), KeyboardInterrupt, SystemExit) as exc:

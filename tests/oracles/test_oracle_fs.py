@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -529,8 +530,11 @@ async def test_hardlinks_report_every_path_that_changed(root: Path, tmp_path: Pa
         e2 = await probe.after_call("c2")
     assert ops(e1.fs) == [("a", "modified"), ("b", "modified")]
     assert {e.after_sha256 for e in e1.fs} == {sha(b"2")}
-    assert ops(e2.fs) == [("near", "modified")]
-    assert e2.fs[0].after_sha256 == sha(b"FAR")
+    # "far" is in no tree, but the call's own audit events name it: found all the same.
+    assert ops(e2.fs) == [("near", "modified"), (str(tmp_path / "far"), "modified")]
+    assert {e.after_sha256 for e in e2.fs} == {sha(b"FAR")}
+    assert [e.attribution for e in e2.fs] == ["window", "audit"]
+    assert e2.fs[1].before_sha256 == sha(b"far")
 
 
 async def test_rename_out_of_the_root(root: Path, outside: Path) -> None:
@@ -640,15 +644,36 @@ async def test_lost_events_then_overflow_hook_still_finds_changes(root: Path) ->
     assert ops(effects) == [("d/lost.txt", "created")]
 
 
+def unseen(fn: Callable[[], object]) -> None:
+    """Run ``fn`` in a thread of its own context: as another process would, with no
+    evidence tying what it does to the call in flight."""
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join()
+
+
 async def test_lost_events_without_a_signal_are_found_at_finish(root: Path) -> None:
-    """watchdog is a hint, never the truth: the end-of-episode walk reports what it missed."""
+    """watchdog is a hint, never the truth: the end-of-episode walk reports what it missed
+    (a write the call's own evidence names is rescanned at once: see the next test)."""
     async with running(FsProbe(root, tripwires=())) as probe:
         await probe.before_call("c")
-        await tool(lambda: (root / "sneaky").write_bytes(b"x"))
+        await anyio.to_thread.run_sync(unseen, lambda: (root / "sneaky").write_bytes(b"x"))
         await anyio.to_thread.run_sync(probe._forget_hints)
         assert (await probe.after_call("c")).fs == ()
         leftover = await probe.finish()
     assert ops(leftover.fs) == [("sneaky", "created")]
+
+
+async def test_lost_events_of_a_write_the_call_made_land_on_the_call(root: Path) -> None:
+    """The call's audit events name the path: it is rescanned when the call ends, whatever
+    watchdog handed over."""
+    async with running(FsProbe(root, tripwires=())) as probe:
+        await probe.before_call("c")
+        await tool(lambda: (root / "sneaky").write_bytes(b"x"))
+        await anyio.to_thread.run_sync(probe._forget_hints)
+        effects = (await probe.after_call("c")).fs
+        assert (await probe.finish()).fs == ()
+    assert ops(effects) == [("sneaky", "created")]
 
 
 async def test_watchdog_overflow_warning_triggers_a_full_walk(root: Path) -> None:
@@ -950,21 +975,30 @@ def beside(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
+@pytest.mark.parametrize("writer", ["the tool", "another process"])
 @pytest.mark.parametrize("parent_is_a_tripwire", [True, False])
 async def test_directories_beside_a_root_in_a_crowded_parent_are_watched_cheaply(
-    base: Path, parent_is_a_tripwire: bool, beside: str
+    base: Path, parent_is_a_tripwire: bool, beside: str, writer: str
 ) -> None:
     """A root made by mkdtemp() in a busy temp dir: its many neighbours are watched one
-    level deep without a thread each. With inotify, an escape into one lands on its call;
-    without, it is found when the episode ends (unattributed). So whether the parent is a
-    tripwire itself (the temp dir) or only the root's surroundings."""
+    level deep without a thread each. An escape the tool makes into one lands on its call
+    (its audit events name the paths, which are rescanned at once). One that another
+    process makes is unattributed: seen at the call with inotify (naming the call in
+    flight), or when the episode ends without. So whether the parent is a tripwire itself
+    (the temp dir) or only the root's surroundings."""
     crowd, root, neighbours = _crowded(base, 40)
     (neighbours[7] / "existing.txt").write_bytes(b"old")
     episodes = base / "eps.jsonl"
 
-    def act() -> str:
+    def leak() -> None:
         (neighbours[3] / "pwn.txt").write_bytes(b"pwn")
         (root / ".." / neighbours[7].name / "existing.txt").write_bytes(b"new")
+
+    def act() -> str:
+        if writer == "the tool":
+            leak()
+        else:
+            unseen(leak)
         (root / "inside.txt").write_bytes(b"ok")
         return "done"
 
@@ -987,14 +1021,16 @@ async def test_directories_beside_a_root_in_a_crowded_parent_are_watched_cheaply
     escapes = sorted(leaked_path for leaked_path, _ in leaked)
     on_step = sorted((e.path, e.op) for e in step.effects.fs if mine(base, e.path))
     at_end = sorted((e.path, e.op) for e in episode.end.unattributed.fs if mine(base, e.path))
-    if beside == "at each call":
+    if writer == "the tool":
         assert on_step == sorted([("inside.txt", "created"), *leaked])
         assert sorted(f.path or "" for f in step.findings if f.code == "escape") == escapes
         assert at_end == []
-    else:
-        assert on_step == [("inside.txt", "created")]
-        assert at_end == leaked
-        assert sorted(f.path or "" for f in episode.end.findings if f.code == "escape") == escapes
+        return
+    assert on_step == [("inside.txt", "created")]
+    assert at_end == leaked
+    assert sorted(f.path or "" for f in episode.end.findings if f.code == "escape") == escapes
+    during = {e.during for e in episode.end.unattributed.fs if mine(base, e.path)}
+    assert during == ({step.call_id} if beside == "at each call" else {msgspec.UNSET})
 
 
 async def test_default_tripwires_find_an_escape_into_another_mkdtemp_directory() -> None:
@@ -1040,7 +1076,8 @@ async def test_what_is_checked_at_the_end_is_the_finishing_episodes_never_an_ope
     b_started, a_ended = anyio.Event(), anyio.Event()
 
     def leak() -> str:
-        (neighbours[3] / "pwn.txt").write_bytes(b"pwn")
+        # Written where no evidence reaches (as by another process): checked at the end.
+        unseen(lambda: (neighbours[3] / "pwn.txt").write_bytes(b"pwn"))
         return "done"
 
     async def slow() -> str:

@@ -8,6 +8,8 @@ between two snapshots of one tree, by identity first, since walks reuse the
 
 from __future__ import annotations
 
+import msgspec
+
 from litmus_sandbox._model.records import FsEffect, FsOp
 from litmus_sandbox.oracles.fs._entry import Entry, Snapshot
 
@@ -68,13 +70,17 @@ def _content_changed(old: Entry, new: Entry) -> bool:
     return a.st_ctime_ns != b.st_ctime_ns and old.mode == new.mode
 
 
-def effects_for(path: str, old: Entry | None, new: Entry | None) -> list[FsEffect]:
+def effects_for(
+    path: str, old: Entry | None, new: Entry | None, *, retimed: bool = False
+) -> list[FsEffect]:
     """The effects that turn ``old`` into ``new`` at ``path`` (either may be None).
 
     One effect per path, except a change of entry type, which is ``deleted`` then
-    ``created`` (or ``symlink``). Timestamps, owners and link counts alone are not effects;
-    a file deleted and recreated is ``modified`` when its content or mode differs, and
-    nothing when both are the same.
+    ``created`` (or ``symlink``). A file whose times were set (``retimed``: evidence saw
+    ``utime`` and no write) with its content kept is ``metadata``, with both modification
+    times; otherwise owners, link counts and times alone are not effects; a file deleted
+    and recreated is ``modified`` when its content or mode differs, and nothing when both
+    are the same.
     """
     if old is None:
         return [] if new is None else [_created(path, new)]
@@ -98,26 +104,36 @@ def effects_for(path: str, old: Entry | None, new: Entry | None) -> list[FsEffec
         ]
     is_file = kind == "file"
     op: FsOp
-    if is_file and _content_changed(old, new):
+    # A file's times set (utime) with its content kept is a metadata change - when evidence
+    # says so (``retimed``): a write of the same bytes moves mtime too, and a directory's
+    # mtime moves with its listing, which its entries' effects tell.
+    retimed = retimed and is_file and old.mtime_ns != new.mtime_ns
+    # Content unknown on one side (an unhashed tripwire baseline): the key decides, unless
+    # evidence says only the times were set.
+    unknown = old.sha256 is None or new.sha256 is None
+    if is_file and _content_changed(old, new) and not (retimed and unknown):
         op = "modified"
-    elif old.mode != new.mode:
+    elif old.mode != new.mode or retimed:
         op = "metadata"
     else:
         return []
-    return [
-        FsEffect(
-            op=op,
-            path=display_path(path),
-            entry=kind,
-            before_sha256=old.sha256,
-            after_sha256=new.sha256,
-            before_size=old.size if is_file else None,
-            after_size=new.size if is_file else None,
-            before_mode=old.mode,
-            after_mode=new.mode,
-            error=new.error,
+    effect = FsEffect(
+        op=op,
+        path=display_path(path),
+        entry=kind,
+        before_sha256=old.sha256,
+        after_sha256=new.sha256,
+        before_size=old.size if is_file else None,
+        after_size=new.size if is_file else None,
+        before_mode=old.mode,
+        after_mode=new.mode,
+        error=new.error,
+    )
+    if op == "metadata" and retimed:
+        effect = msgspec.structs.replace(
+            effect, before_mtime_ns=old.mtime_ns, after_mtime_ns=new.mtime_ns
         )
-    ]
+    return [effect]
 
 
 def changes(before: Snapshot, after: Snapshot) -> dict[str, tuple[Entry | None, Entry | None]]:

@@ -65,12 +65,16 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Effects, FsEffect
+from litmus_sandbox.oracles import _audit as audit
+from litmus_sandbox.oracles.fs._attribution import Attributor, Reach
 from litmus_sandbox.oracles.fs._diff import diff as _diff
 from litmus_sandbox.oracles.fs._entry import Entry, Snapshot
 from litmus_sandbox.oracles.fs._inotify import InotifyTops
+from litmus_sandbox.oracles.fs._read import EntryReader
 from litmus_sandbox.oracles.fs._snapshot import Walker
 from litmus_sandbox.oracles.fs._tree import Change, Tree, merge_change, window_effects
 from litmus_sandbox.oracles.fs._tripwires import (
@@ -180,6 +184,9 @@ class FsProbe:
         self._degraded: str | None = None
         self._windows: dict[str, dict[str, Change]] = {}
         self._between: list[FsEffect] = []
+        #: The evidence each call in flight collects (``_audit``), and its context token.
+        self._evidence: dict[str, tuple[audit.Evidence, Any]] = {}
+        self._attributor = Attributor(Reach([], ()), EntryReader())
         self._stats = {"full_scans": 0, "narrow_scans": 0, "barrier_failures": 0}
 
     # ------------------------------------------------------------ introspection
@@ -194,6 +201,8 @@ class FsProbe:
             "watchdog": self.use_watchdog,
             "tripwires": [os.fspath(t) for t in tripwires],
             "tripwire_paths": "absolute",
+            # Inside the root, a call's window; outside, evidence (see _attribution.py).
+            "attribution": {"root": "window", "outside_root": "evidence"},
         }
         if self._plans:
             out["tripwires_watched"] = [
@@ -314,6 +323,12 @@ class FsProbe:
         for tree, _ in trees:
             tree.baseline()
             tree.walker.hash_new = True  # from now on, new files are hashed everywhere
+        reach = Reach(
+            [(t.top, t.prefix, t.walker.exclude, t.walker.max_depth) for t, _ in trees],
+            [os.path.realpath(p) for p in self._ignore],
+        )
+        self._attributor = Attributor(reach, EntryReader(hash_chunk=self.hash_chunk))
+        audit.install()
 
     def _require_started(self) -> anyio.Lock:
         if self._lock is None:
@@ -329,19 +344,52 @@ class FsProbe:
         async with self._require_started():
             self._distribute(await self._refresh())
             self._windows[call_id] = {}
+        # After the refresh: the probe's own work is not the call's evidence.
+        evidence = audit.Evidence(call_id, covered=self._attributor.reach.covered)
+        self._evidence[call_id] = (evidence, audit.collect(evidence))
 
     async def after_call(self, call_id: str) -> Effects:
-        """Refresh, close the call's window and return its effects.
+        """Refresh, close the call's window and return its effects, each with how it is
+        tied to the call (see ``_attribution.py``).
 
         Raises:
             ConfigError: the probe was not started, or ``call_id`` never began.
         """
+        collected = self._evidence.get(call_id)
+        evidence = None
+        if collected is not None:
+            evidence = collected[0]
+            audit.release(*collected)  # here: in the context that started collecting
         async with self._require_started():
-            self._distribute(await self._refresh())
-            window = self._windows.pop(call_id, None)
-        if window is None:
+            # Popped only now: until this call's window closes, what its evidence names is
+            # routed to it alone, whichever call refreshes first.
+            self._evidence.pop(call_id, None)
+            effects = await anyio.to_thread.run_sync(
+                self._close_sync, call_id, evidence, limiter=self._limiter
+            )
+        if effects is None:
             raise ConfigError(f"after_call({call_id!r}) without before_call")
-        return Effects(fs=window_effects(window))
+        return Effects(fs=effects)
+
+    def _close_sync(
+        self, call_id: str, evidence: audit.Evidence | None
+    ) -> tuple[FsEffect, ...] | None:
+        """The refresh that closes a call's window, narrowed to what its evidence names too,
+        and the window's effects, attributed (None: no such window)."""
+        attributor = self._attributor
+        extra = attributor.reach.hints(evidence) if evidence is not None else {}
+        changes, _ = self._refresh_sync(False, extra)
+        self._distribute(changes, evidence)
+        if evidence is not None and self._trees:
+            targets = attributor.follow_links(evidence, self._trees[0][0].snap)
+            if targets:  # written through links in the root: their targets are looked at too
+                more = attributor.reach.hints(evidence)
+                changes, _ = self._refresh_sync(False, more)
+                self._distribute(changes, evidence)
+        window = self._windows.pop(call_id, None)
+        if window is None:
+            return None
+        return attributor.attribute(call_id, window, evidence)
 
     async def finish(self) -> Effects:
         """Walk everything; return what no call explains.
@@ -359,11 +407,15 @@ class FsProbe:
             # it is the finishing episode's, never an open call's (maybe another episode's).
             effects = dict.fromkeys([*self._between, *window_effects(dict(late))])
             self._between = []
-        return Effects(fs=tuple(effects))
+        # Seen while no call was in flight: no call to tie them to.
+        return Effects(fs=tuple(_unattributed(e) for e in effects))
 
     async def close(self) -> None:
         """Stop watching (joins watchdog's threads); :meth:`start` may be awaited again."""
         self._lock = None
+        for evidence, _ in self._evidence.values():
+            evidence.closed = True
+        self._evidence = {}
         beside, self._beside = self._beside, None
         if beside is not None:
             beside.close()
@@ -386,8 +438,15 @@ class FsProbe:
         return await anyio.to_thread.run_sync(self._refresh_sync, full, limiter=self._limiter)
 
     def _refresh_sync(
-        self, full: bool
+        self, full: bool, extra: dict[int, set[str]] | None = None
     ) -> tuple[list[tuple[str, Change]], list[tuple[str, Change]]]:
+        """(changes, changes a ``full`` refresh found in the trees planned ``at_end``).
+
+        ``extra``: per tree, paths a call's evidence names, looked at whatever the hints
+        say (a change watchdog has not handed over yet, or one beside the root, lands on
+        the call that made it).
+        """
+        extra = extra or {}
         watch = self._watch
         out: list[tuple[str, Change]] = []
         late: list[tuple[str, Change]] = []
@@ -398,13 +457,20 @@ class FsProbe:
             self._beside_dirty = False
             touched = {h for i, (_, h) in enumerate(self._trees) if i in self._at_end and h}
         for i, (tree, hints) in enumerate(self._trees):
+            named = extra.get(i)
             if i in self._at_end:
                 if full:
                     if hints is not None:
                         hints.take()
                     late.extend(tree.effects(self._full(tree)))
-                elif hints is not None and hints in touched:
-                    paths, dirs, everything = hints.take()
+                elif (hints is not None and hints in touched) or named:
+                    paths, dirs, everything = (
+                        hints.take()
+                        if hints is not None and hints in touched
+                        else (set(), set(), False)
+                    )
+                    if named:
+                        paths |= named
                     if everything:
                         out.extend(tree.effects(self._full(tree)))
                     elif paths or dirs:
@@ -421,6 +487,8 @@ class FsProbe:
                 if not ok:
                     self._stats["barrier_failures"] += 1
                 paths, dirs, everything = hints.take()
+                if named:
+                    paths |= named
                 if not ok or everything:
                     changes = self._full(tree)
                 else:
@@ -442,7 +510,12 @@ class FsProbe:
         self._stats["full_scans"] += 1
         return tree.full()
 
-    def _distribute(self, changes: list[tuple[str, Change]]) -> None:
+    def _distribute(
+        self, changes: list[tuple[str, Change]], closing: audit.Evidence | None = None
+    ) -> None:
+        """Hand ``changes`` to the windows of the calls in flight: a change outside the root
+        that a call's evidence names goes to that call alone (``closing``: the evidence of
+        the call whose window is being closed, no longer collecting)."""
         if not changes:
             return
         if not self._windows:
@@ -450,9 +523,19 @@ class FsProbe:
             # now (merging them with another interval's, across calls, would be wrong).
             self._between.extend(window_effects(dict(changes)))
             return
-        for window in self._windows.values():
-            for path, (old, new) in changes:
-                merge_change(window, path, old, new)
+        # A copy: a call starting in the event loop adds its evidence meanwhile.
+        open_calls = list(self._evidence.items())
+        evidence = [(cid, ev) for cid, (ev, _) in open_calls if cid in self._windows]
+        if closing is not None and closing.call_id in self._windows:
+            evidence.append((closing.call_id, closing))
+        for path, (old, new) in changes:
+            owners = (
+                [cid for cid, ev in evidence if ev.claims(path)]
+                if evidence and path.startswith("/")
+                else []
+            )
+            for cid in owners or self._windows:
+                merge_change(self._windows[cid], path, old, new)
 
     def _forget_hints(self) -> None:
         """Tests only: wait for pending events, then drop them, as an overflow would."""
@@ -463,3 +546,8 @@ class FsProbe:
         for _, hints in self._trees:
             if hints is not None:
                 hints.take()
+
+
+def _unattributed(effect: FsEffect) -> FsEffect:
+    """``effect`` seen while no call was in flight: tied to none."""
+    return msgspec.structs.replace(effect, attribution="none")
