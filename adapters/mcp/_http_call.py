@@ -11,6 +11,12 @@ client never holds an answer the record does not yet have.
 Calls the server never sees (stub, deny, replay, dropped swallow) and calls it never
 answered (timeout, crash) are answered by the proxy: plain JSON when nothing was sent
 yet, an event on the open stream otherwise.
+
+Cancelling a call changes nothing else on the wire: the step is recorded interrupted,
+and the server's stream goes on to the client as the server keeps it (its later
+progress, and its answer if it sends one), until the server ends it. The stream is read
+by a task of the call's own into a small buffer, so the runner can be cancelled while it
+waits without losing a byte, and its writes to the client are never cut in two.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any
 
 import anyio
 import httpx
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from litmus_sandbox import ConfigError
 
@@ -42,6 +50,8 @@ from ._sse import SseSplitter, encode_event, event_data
 
 class HttpToolCall:
     """Record one ``tools/call`` POST and answer it."""
+
+    _tg: TaskGroup
 
     def __init__(
         self,
@@ -73,10 +83,32 @@ class HttpToolCall:
         self.answered = anyio.Event()
         self._response: httpx.Response | None = None
         self._chunks: AsyncIterator[bytes] | None = None
+        #: The event stream's chunks, read by a task of the call's own (_read_stream).
+        self._stream: MemoryObjectReceiveStream[bytes] | None = None
+        self._stream_error: httpx.HTTPError | None = None
+        self._splitter = SseSplitter()
         self._held = b""  # the answering event and the bytes after it, sent after the step
         self._plain: tuple[int, list[tuple[bytes, bytes]], bytes, bytes] | None = None
 
     async def run(self) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                try:
+                    await self._run()
+                finally:
+                    tg.cancel_scope.cancel()  # the stream's reader, if still reading
+        finally:
+            if self._stream is not None:
+                self._stream.close()
+            with anyio.CancelScope(shield=True):
+                if isinstance(self._chunks, AsyncGenerator):
+                    await self._chunks.aclose()
+                if self._response is not None:
+                    await self._response.aclose()
+            self.finished.set()
+
+    async def _run(self) -> None:
         proxy, state = self.proxy, self.state
         slot = proxy.slot(self.key)
         proxy.offer(slot, self.msg)
@@ -120,12 +152,6 @@ class HttpToolCall:
         finally:
             proxy.calls.pop(call_key, None)
             self.answered.set()
-            with anyio.CancelScope(shield=True):
-                if isinstance(self._chunks, AsyncGenerator):
-                    await self._chunks.aclose()
-                if self._response is not None:
-                    await self._response.aclose()
-            self.finished.set()
 
     async def _reply(self) -> None:
         state, down = self.state, self.down
@@ -139,15 +165,15 @@ class HttpToolCall:
             await down.start(status, headers, reason)
             await down.body(body)
             await down.end()
-        elif relay and self._chunks is not None:
+        elif relay and self._stream is not None:
             await down.body(self._held)
             self.answered.set()  # the rest of the stream is the server's to keep open
-            try:
-                async for chunk in self._chunks:
-                    await down.body(chunk)
-            except httpx.HTTPError:
-                pass  # the server dropped the stream after answering: end ours too
-            await down.end()
+            await self._rest_of_stream()
+        elif state.reply_kind == "none" and self._stream is not None:
+            # Cancelled by the client: the server's stream goes on as the server keeps it.
+            await down.body(self._splitter.rest())
+            self.answered.set()
+            await self._rest_of_stream()
         elif state.reply_kind in ("result", "error"):
             if down.started:
                 await down.body(encode_event(state.reply))
@@ -158,6 +184,22 @@ class HttpToolCall:
             await down.end()  # interrupted: close the stream, nothing to say
         # An interrupted call with nothing sent leaves the response unsent: the
         # connection closes, which is all a client that cancelled expects.
+
+    async def _rest_of_stream(self) -> None:
+        assert self._stream is not None
+        async for chunk in self._stream:
+            await self.down.body(chunk)
+        await self.down.end()  # where the server ended it (dropped, too)
+
+    async def _read_stream(
+        self, chunks: AsyncIterator[bytes], send: MemoryObjectSendStream[bytes]
+    ) -> None:
+        async with send:
+            try:
+                async for chunk in chunks:
+                    await send.send(chunk)
+            except httpx.HTTPError as exc:
+                self._stream_error = exc
 
     async def _forward(self) -> Any:
         """The runner: POST upstream, relay the stream's notifications, return the answer."""
@@ -194,14 +236,19 @@ class HttpToolCall:
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
             await self.down.start(response.status_code, headers, reason)
             chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
-            splitter = SseSplitter()
-            async for chunk in chunks:
+            send, self._stream = anyio.create_memory_object_stream[bytes](16)
+            self._tg.start_soon(self._read_stream, chunks, send)
+            splitter = self._splitter
+            async for chunk in self._stream:  # cancelled while waiting: no chunk is lost
                 for event in splitter.feed(chunk):
                     answer = self._answer(event)
                     if answer is not None:
                         self._held = event + splitter.rest()
                         return state.answered(*answer)
-                    await self.down.body(event)
+                    with anyio.CancelScope(shield=True):  # never half an event
+                        await self.down.body(event)
+            if self._stream_error is not None:
+                raise self._stream_error
             raise UpstreamGone("the MCP server closed the event stream without answering")
         except httpx.HTTPError as exc:
             state.failure = f"the MCP server failed mid-call: {exc}"

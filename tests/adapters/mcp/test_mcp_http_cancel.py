@@ -1,0 +1,122 @@
+"""Cancelling a call over streamable HTTP changes nothing else on the wire."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from test_mcp_helpers import calls, one_episode
+
+pytestmark = pytest.mark.anyio
+CANCELLED = threading.Event()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def progress(n: int) -> bytes:
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "t", "progress": n, "total": 3},
+    }
+    return f"event: message\ndata: {json.dumps(note)}\n\n".encode()
+
+
+class _Streaming(BaseHTTPRequestHandler):
+    """A call answered on an event stream: progress 1, then (once the client's cancel has
+    arrived) progress 2 and the result, then the stream ends."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("method") == "notifications/cancelled":
+            CANCELLED.set()
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._chunk(progress(1))
+        CANCELLED.wait(10)
+        answer = {"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}}
+        self._chunk(progress(2) + f"event: message\ndata: {json.dumps(answer)}\n\n".encode())
+        self._chunk(b"")
+        self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def streaming() -> Iterator[str]:
+    CANCELLED.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Streaming)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    finally:
+        CANCELLED.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+async def test_the_stream_of_a_cancelled_call_goes_on_as_the_server_keeps_it(
+    tmp_path: Path, streaming: str
+) -> None:
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(streaming, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20)
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Session-Id": "C"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "t"}},
+    }
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    seen = b""
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{port}"
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=10) as client,
+            client.stream("POST", "/mcp", json=request, headers=headers) as response,
+        ):
+            chunks = response.aiter_raw()
+            with anyio.fail_after(10):
+                while b"\n\n" not in seen:
+                    seen += await anext(chunks)
+                cancelled = await client.post("/mcp", json=cancel, headers=headers)
+                async for chunk in chunks:  # until the server ends the stream
+                    seen += chunk
+        proxy.stop()
+    assert cancelled.status_code == 202  # the server saw the call: it got the cancel too
+    assert CANCELLED.is_set()
+    events = [
+        json.loads(block.split("data: ", 1)[1]) for block in seen.decode().split("\n\n") if block
+    ]
+    assert [e.get("params", {}).get("progress") for e in events] == [1, 2, None]
+    assert events[-1]["id"] == 1  # the server's late answer, as a direct client gets it
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"
+    assert step.meta["mcp"]["reply"] == "none"
