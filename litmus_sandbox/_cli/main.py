@@ -185,9 +185,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     on_the_fly = args.candidate is None
     _check_distinct(args.baseline)
     _check_distinct(args.candidate or args.candidate_episodes)
+    _check_distinct(args.candidate_episodes or [])
     _check_distinct(args.baseline_episodes or [])
     if args.output:
-        candidate_inputs = args.candidate or [*args.candidate_episodes, args.policy]
+        candidate_inputs = [*(args.candidate or ()), *(args.candidate_episodes or ()), args.policy]
         inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]
         _check_output(args.output, inputs)
     if args.html:
@@ -197,7 +198,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
             args.html,
             [
                 *args.baseline,
-                *(args.candidate or args.candidate_episodes),
+                *(args.candidate or ()),
+                *(args.candidate_episodes or ()),
                 args.exclude,
                 args.policy,
                 *(args.baseline_episodes or ()),
@@ -207,12 +209,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
     config: ScoringConfig | None = None
     candidate_verdicts: Sequence[AnyVerdict] | None = None
+    judge_failed = False
     if on_the_fly:
         config = load_policy(args.policy)
         candidate_verdicts, stats = _score_candidate(args, config)
         if stats.failures:
+            # The cases judged are still gated and reported (a case without a verdict is
+            # candidate_missing, as after `score`); the exit code says the judge failed,
+            # unless a regression among the judged cases blocks anyway.
             report_failures(stats)
-            return EXIT_JUDGE
+            judge_failed = True
     # The verdict files are read as the gate decides (_cli/gate.py); the re-baseline
     # plan's costs need the candidate's policy records before.
     warnings: list[str] = []
@@ -220,7 +226,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.baseline_episodes:
         candidate = [] if on_the_fly else candidate_policies(args.candidate)
         recordings = _rescore_costs(args, candidate, warnings, config)
-    return run_gate(args, exclusions, recordings, warnings, candidate_verdicts)
+    code = run_gate(args, exclusions, recordings, warnings, candidate_verdicts)
+    return EXIT_JUDGE if judge_failed and code != 1 else code
 
 
 def _score_candidate(
@@ -503,18 +510,21 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _check_gate_candidate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``gate`` takes the candidate's verdicts, or its recordings and a policy."""
-    if args.candidate and args.candidate_episodes:
-        parser.error("gate takes --candidate or --candidate-episodes, not both")
+    """``gate`` takes the candidate's verdicts, or its recordings and a policy to score them
+    now. Recordings beside verdicts only show (the HTML report's timelines)."""
     if not args.candidate and not args.candidate_episodes:
         parser.error(
             "the following arguments are required: --candidate "
             "(or --candidate-episodes E... --policy P to score the candidate now)"
         )
-    if args.candidate_episodes and not args.policy:
-        parser.error("gate --candidate-episodes needs --policy POLICY.toml to score them")
-    if args.policy and not args.candidate_episodes:
-        parser.error("gate --policy scores --candidate-episodes; give those, or drop --policy")
+    if args.candidate_episodes and not args.candidate and not args.policy:
+        parser.error(
+            "gate --candidate-episodes without --candidate needs --policy POLICY.toml to score them"
+        )
+    if args.policy and (args.candidate or not args.candidate_episodes):
+        parser.error(
+            "gate --policy scores --candidate-episodes when --candidate is not given; drop --policy"
+        )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
