@@ -24,6 +24,9 @@ request itself.
 * ``ping`` is answered; other requests get "method not found"; notifications and answers
   to requests the server never sent are ignored.
 
+The session is driven by the relay core like the stdio proxy's (``_relay/``): the same
+refusals, limits and episode rules apply; the recording stands where the server would.
+
 The episode recorded for the session says ``meta["mcp"]["serverless_replay"] = true``.
 """
 
@@ -48,13 +51,12 @@ from ._jsonrpc import (
     PROTOCOL_VERSION_META_KEY,
     RECORDED_METHODS,
     Message,
-    case_id_of,
     error_message,
     parse,
-    protocol_version_of,
-    tool_call_of,
 )
-from ._recording import CallState, UpstreamGone
+from ._recording import UpstreamGone
+from ._relay import Abort, Action, KeepAnswer, Note, Offer, Relay, StartCall, ToClient, ToServer
+from ._relay._states import Pending
 from ._schema import output_schemas
 
 PathLike = str | os.PathLike[str]
@@ -63,7 +65,6 @@ PathLike = str | os.PathLike[str]
 MODERN_VERSION = "2026-07-28"
 HANDSHAKE_VERSION = "2025-11-25"
 METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 PARSE_ERROR = -32700
 
 _encode = msgspec.json.Encoder()
@@ -167,15 +168,20 @@ class ReplayServer:
 
 
 class _Session:
+    """One replayed session: the relay core drives it (``_relay/``), and the recording
+    stands where the server would: what the core would send the server is answered here
+    (``_serve``) and fed back to the core as the server's answer."""
+
     def __init__(self, server: ReplayServer, sandbox: Sandbox, client_out: ByteSendStream) -> None:
         self._server = server
         self._sandbox = sandbox
         self._out = client_out
         self._case_id = server.case_id
-        self._served: dict[str, Any] = {}
         self._gone = False
+        self._core = Relay(max_answer_bytes=sandbox.max_result_bytes)
 
     async def run(self, client_in: ByteReceiveStream) -> None:
+        core = self._core
         async with anyio.create_task_group() as outer:
             self._slot = EpisodeSlot(
                 self._sandbox,
@@ -185,48 +191,72 @@ class _Session:
                 meta={"transport": "stdio", "serverless_replay": True},
             )
             try:
-                async for line in iter_lines(client_in):
-                    await self._handle(line)
+                async for line in iter_lines(client_in, core.max_message_bytes):
+                    if isinstance(line, bytes):
+                        await self._perform(core.from_client(line, anyio.current_time()))
+                    else:
+                        await self._perform(core.client_too_long(line.size))
             finally:
+                if core.engaged:
+                    self._slot.touch()
                 await self._slot.close()
+
+    async def _perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, ToClient):
+                await self._send(action.data)
+            elif isinstance(action, ToServer):
+                await self._perform(self._serve(action.data))
+            elif isinstance(action, StartCall):
+                await self._call(action.pending)
+            elif isinstance(action, Offer):
+                if not self._slot.opened:
+                    self._slot.offer_case_id(action.case_id, action.method, touch=False)
+                    if self._case_id is None and action.case_id:
+                        self._case_id = action.case_id  # it picks the recording replayed
+                    if action.version is not None:
+                        self._slot.note("protocol_version", action.version)
+            elif isinstance(action, KeepAnswer):
+                # Kept like the proxy keeps a server's answers: a replay of this replay
+                # answers the same.
+                if not self._slot.opened:
+                    self._slot.note("server_answers", action.answers)
+                else:
+                    ep = await self._slot.recorder()
+                    ep.end_meta.setdefault("mcp", {})["server_answers"] = action.answers
+            elif isinstance(action, Note):
+                self._slot.end_note(action.key, action.value)
+            elif isinstance(action, Abort):
+                self._slot.abort(action.reason)
 
     async def _send(self, data: bytes) -> None:
         if self._gone:
             return
         try:
-            await self._out.send(data + b"\n")
+            await self._out.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._gone = True  # keep reading: the episode still records what was asked
 
-    async def _handle(self, line: bytes) -> None:
+    def _serve(self, line: bytes) -> list[Action]:
+        """What the recording answers to a message meant for the server (never a
+        ``tools/call``: the core starts those)."""
         msg = parse(line)
         if msg.kind == "other":
-            if line.strip():
-                await self._send(error_message(None, PARSE_ERROR, "not a JSON-RPC message"))
-            return
+            if not line.strip():
+                return []
+            return [ToClient(error_message(None, PARSE_ERROR, "not a JSON-RPC message") + b"\n")]
         if msg.kind != "request":
-            return  # notifications, and answers to requests this server never sends
-        if not self._slot.opened:
-            offered = case_id_of(msg)
-            self._slot.offer_case_id(offered, msg.method)
-            if self._case_id is None and offered:
-                self._case_id = offered
-            if (version := protocol_version_of(msg)) is not None:
-                self._slot.note("protocol_version", version)
-        call = tool_call_of(msg)
-        if call is not None:
-            await self._call(line, msg, *call)
-        elif msg.method == "tools/call":
-            await self._send(error_message(msg.id, INVALID_PARAMS, "tools/call needs a name"))
-        elif msg.method in RECORDED_METHODS:
-            await self._answer(msg)
+            return []  # notifications, and answers to requests this server never sends
+        if msg.method in RECORDED_METHODS:
+            answer = self._answer(msg)
         elif msg.method == "ping":
-            await self._send(_result(msg.id, {}))
+            answer = _result(msg.id, {})
         else:
             text = f"litmus-sandbox: server-less replay has no answer for {msg.method!r}"
-            await self._send(error_message(msg.id, METHOD_NOT_FOUND, text))
+            answer = error_message(msg.id, METHOD_NOT_FOUND, text)
+        return self._core.from_server(answer + b"\n", anyio.current_time())
 
-    async def _answer(self, msg: Message) -> None:
+    def _answer(self, msg: Message) -> bytes:
         method = str(msg.method)
         answers = recorded_answers(self._server.cassette, self._case_id)
         result = answers.get(method)
@@ -234,24 +264,14 @@ class _Session:
             # The recorded server spoke the initialize era, which has no server/discover:
             # answer as it did, so the client falls back to initialize and gets its answer.
             text = "litmus-sandbox: the recorded server has no server/discover (initialize era)"
-            await self._send(error_message(msg.id, METHOD_NOT_FOUND, text))
-            return
+            return error_message(msg.id, METHOD_NOT_FOUND, text)
         if result is None:
             result = self._synthesize(method, msg)
         elif "nextCursor" in result:
             # Only a paginated list's first page is kept: ending the list there keeps a
             # client from asking for the next page forever.
             result = {k: v for k, v in result.items() if k != "nextCursor"}
-        if method not in self._served:
-            self._served[method] = result
-            # Kept like the proxy keeps a server's answers: a replay of this replay
-            # answers the same.
-            if not self._slot.opened:
-                self._slot.note("server_answers", dict(self._served))
-            else:
-                ep = await self._slot.recorder()
-                ep.end_meta.setdefault("mcp", {})["server_answers"] = dict(self._served)
-        await self._send(_result(msg.id, result))
+        return _result(msg.id, result)
 
     def _synthesize(self, method: str, msg: Message) -> dict[str, Any]:
         stateless = PROTOCOL_VERSION_META_KEY in msg.meta
@@ -272,10 +292,11 @@ class _Session:
         ]
         return {"tools": tools, **(cacheable if stateless else {})}
 
-    async def _call(self, line: bytes, msg: Message, tool: str, args: dict[str, Any]) -> None:
-        state = CallState(msg.id, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+    async def _call(self, pending: Pending) -> None:
+        state = pending.call
+        assert state is not None
         listed = recorded_answers(self._server.cassette, self._case_id).get("tools/list")
-        state.output_schema = output_schemas(listed).get(tool)
+        state.output_schema = output_schemas(listed).get(pending.tool)
         ep = await self._slot.recorder()
         cap = ep.sandbox.max_result_bytes
 
@@ -290,9 +311,8 @@ class _Session:
                 step = msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
             return step
 
-        await ep.call_with(_no_server, tool, args, finalize=finalize)
-        if state.reply_kind in ("result", "error"):
-            await self._send(state.reply)
+        await ep.call_with(_no_server, pending.tool, pending.args, finalize=finalize)
+        await self._perform(self._core.recorded(pending))
 
     def _recorded_result(self, step: ToolCallStep) -> dict[str, Any] | None:
         """The recorded upstream result that serves a replayed step, if it was kept."""

@@ -208,3 +208,25 @@ def test_a_torn_cassette_is_said_on_stderr(tmp_path: Path) -> None:
     assert len(said) == 1
     assert said[0].startswith(f"litmus-sandbox: {cassette}:3: warning: torn last line")
     assert "RecordingWarning" not in r.stderr  # said once, as one line
+
+
+async def test_the_replay_refuses_what_it_cannot_record_like_the_proxy(tmp_path: Path) -> None:
+    """The replay runs on the proxy's relay core: the same refusals, the same records."""
+    cassette = tmp_path / "rec.jsonl"
+    with JsonlWriter(cassette) as w:
+        w.write(header("h1", "c1"))
+        w.write(call(0, "weather", "rain", eid="h1", args={"city": "Bergen"}))
+        w.write(end("h1", 1))
+    client = RawClient(await open_proxy(tmp_path, "--replay", str(cassette), server=[]))
+    await client.send(tool_call(1, "weather", ["not", "an", "object"]))  # type: ignore[arg-type]
+    refused = await client.recv_json()
+    await client.send(tool_call(2, "weather", {"city": "Bergen"}))
+    replayed = await client.recv_json()
+    assert await client.finish() == 0
+    assert refused["error"]["code"] == -32602
+    assert replayed["result"]["content"][0]["text"] == "rain"
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert [r["request_id"] for r in ep.end.meta["mcp"]["refused"]] == [1]
+    (step,) = calls(ep)
+    assert step.fidelity == "replayed"
