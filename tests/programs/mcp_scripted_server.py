@@ -20,6 +20,9 @@ would change. Tools:
   answer (and log the ``notifications/cancelled`` they then receive); ``freeze`` - stops
   reading its stdin for good (its pipe fills up).
 
+With ``$LITMUS_TEST_LINGER`` set, it lingers that many seconds after its stdin closes
+before it exits (as server-everything does when it has just sent a request).
+
 Requests other than ``tools/call``: ``initialize``, ``tools/list`` (after
 ``$LITMUS_TEST_LIST_DELAY`` seconds) and ``ping`` are answered, ``resources/read`` never is (a server hung on a request), anything else gets
 "Method not found".
@@ -186,3 +189,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    time.sleep(float(os.environ.get("LITMUS_TEST_LINGER", "0")))

@@ -715,3 +715,38 @@ async def test_a_stubbed_task_call_is_answered_as_a_task(tmp_path: Path) -> None
     assert step.fidelity == "stubbed"
     assert step.shown.text() == "stubbed"  # what the client was shown, by tasks/result
     assert step.meta["mcp"]["task"] == {"task_id": created["taskId"], "proxy_task": True}
+
+
+async def test_a_clean_shutdown_stays_complete_when_a_signal_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The official SDKs close stdin, wait 2 s, then send SIGTERM: a server that outlives
+    the close must not turn a finished session into an aborted one."""
+    monkeypatch.setenv("LITMUS_TEST_LINGER", "30")
+    process = await open_proxy(tmp_path, "--no-watch-fs", "--no-egress")
+    client = await initialized(process)
+    await client.send(tool_call(1, "echo", {"text": "done"}))
+    await client.recv_json()
+    assert process.stdin is not None
+    await process.stdin.aclose()  # the client is done, with nothing pending
+    with anyio.move_on_after(1):  # the server lingers: the proxy is still waiting for it
+        await process.wait()
+    assert process.returncode is None
+    process.send_signal(signal.SIGTERM)
+    with anyio.fail_after(20):
+        assert await process.wait() == 0
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.complete
+    assert len(calls(ep)) == 1
+
+
+async def test_a_connection_that_only_probed_records_no_episode(tmp_path: Path) -> None:
+    """A client negotiating its protocol version spawns a probe that sends
+    server/discover and goes: no zero-step episode beside the real one."""
+    command = proxy_command(tmp_path, "--no-watch-fs", "--no-egress")
+    probe = request(1, "server/discover", {"_meta": {"litmus/case_id": "c"}})
+    done = await anyio.run_process(command, input=probe, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["id"] == 1  # the server's own answer, relayed
+    assert b"only probed the server" in done.stderr
+    assert not (tmp_path / "eps.jsonl").exists() or not (tmp_path / "eps.jsonl").read_bytes()
