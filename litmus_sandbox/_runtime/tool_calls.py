@@ -18,6 +18,7 @@ import anyio
 import msgspec
 
 from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
+from litmus_sandbox._runtime import workers
 
 _json = msgspec.json.Encoder()
 
@@ -130,8 +131,9 @@ async def invoke_tool(
     args: dict[str, Any],
     on_thread: Callable[[threading.Event], None] | None = None,
 ) -> CallOutcome:
-    """Run a tool. A sync tool runs in a worker thread; with ``on_thread``, it is given an
-    event set when that thread ends (a thread abandoned at a timeout runs on)."""
+    """Run a tool. A sync tool runs in a daemon worker thread (``workers.py``); with
+    ``on_thread``, it is given an event set when that thread ends (a thread abandoned at a
+    timeout runs on)."""
     try:
         if inspect.iscoroutinefunction(fn):
             value = await fn(**args)
@@ -148,7 +150,8 @@ async def invoke_tool(
 
             if on_thread is not None:
                 on_thread(ended)
-            value = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            # A daemon thread: one that never returns does not hold the process at exit.
+            value = await workers.run_sync(run)
             if inspect.isawaitable(value):
                 value = await value
     except Exception as exc:
