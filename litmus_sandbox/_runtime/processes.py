@@ -1,4 +1,4 @@
-"""Subprocess tools (``ep.run``) and the egress proxy they go out through.
+"""Subprocess tools (``ep.run``), their process trees, and the egress proxy they go out through.
 
 Theory of operation
 -------------------
@@ -6,15 +6,23 @@ When the sandbox watches egress, it starts a loopback forward proxy on a Unix so
 folder of its own (:func:`socket_dir`), whose flows land in the egress probe. A
 subprocess tool then runs in the sandbox root either in strict mode - its own network
 namespace, whose only way out is the proxy - where the machine allows it, or with the
-proxy variables set (``proxy-env``); the episode header says which, and why. Its stdout
-(and stderr) is what the agent is shown, ``is_error`` when it exits non-zero; the step
-records the exit code, the output sizes and their hashes.
+proxy variables set (``proxy-env``); the episode header says which, and why.
+
+Every subprocess tool runs under a supervisor (``supervised.py``, ``_supervisor.py``): in a
+PID namespace of its own where the machine allows it (else below a subreaper), so that its
+whole process tree is known and can be killed; with fanotify, in that namespace, telling
+what the tree changed outside the root (process evidence: the call's effects there are
+``process``-attributed). Its stdout (and stderr) is what the agent is shown, capped at
+``max_result_bytes`` while read, ``is_error`` when it exits non-zero; the step records the
+exit code, the outputs' whole sizes and hashes, and what the tool left running or had
+killed (``meta["processes"]``). The call ends when the tool's own process exits; what it
+left running is killed when the episode ends (the ``end`` record's ``meta`` says what),
+and when the sandbox closes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import socket
@@ -26,11 +34,21 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._model.errors import ConfigError, UpstreamError
 from litmus_sandbox._model.records import Shown
+from litmus_sandbox._runtime.supervised import SupervisedRun
 from litmus_sandbox._runtime.tool_calls import capped_text
-from litmus_sandbox.oracles.egress import EgressProbe, ForwardProxy, run_strict, strict_available
+from litmus_sandbox.oracles import _audit as audit
+from litmus_sandbox.oracles.egress import (
+    EgressProbe,
+    ForwardProxy,
+    proxy_env,
+    strict_available,
+    strict_command,
+)
+from litmus_sandbox.oracles.egress._netns import DEFAULT_BRIDGE_PORT, SETUP_FAILED, SETUP_MARKER
 
 _SOCKET_DIR_PREFIX = "litmus-egress-"
 #: A socket folder younger than this may belong to a sandbox that is still starting.
@@ -70,6 +88,9 @@ def socket_dir() -> str:
 class Subprocesses:
     """Runs subprocess tools in ``root``, their egress through the proxy once started.
 
+    An async context manager (the sandbox enters it): the pumps of the runs live in its
+    task group, and leaving it kills whatever the tools left running.
+
     Args:
         root: the working directory of every subprocess tool.
         cap: ``max_result_bytes``: the output shown is cut to this many bytes.
@@ -81,6 +102,26 @@ class Subprocesses:
         #: The forward proxy, while the sandbox is open and watches egress.
         self.proxy: ForwardProxy | None = None
         self._strict = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        #: Runs whose processes may still be running, by the episode that started them.
+        self._runs: dict[str, list[SupervisedRun]] = {}
+        self._real_root = str(root)
+        self._watch: list[str] = []
+
+    async def __aenter__(self) -> Subprocesses:
+        self._real_root, self._watch = await anyio.to_thread.run_sync(_where, self.root)
+        self._tg = await anyio.create_task_group().__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        with anyio.CancelScope(shield=True):
+            for episode in list(self._runs):
+                await self.end_episode(episode)
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
 
     async def start_proxy(
         self,
@@ -124,39 +165,101 @@ class Subprocesses:
         cmd: list[str],
         input: bytes | None,
         env: Mapping[str, str] | None,
+        episode_id: str = "",
+        facts: dict[str, Any] | None = None,
     ) -> Shown:
         """Run ``cmd`` (a runner for ``EpisodeRecorder.call_with``): what it shows.
 
+        ``facts``, when given, is filled with what the step's ``meta["processes"]`` says
+        (what the tool left running, what was killed), whatever way the call ends.
+
         Raises:
-            ConfigError: an empty command.
+            ConfigError: an empty command, or the sandbox is not open.
+            OSError: the command could not be started.
+            UpstreamError: strict mode could not set its namespace up.
         """
         del tool, args
         if not cmd:
             raise ConfigError("run() needs a command")
+        if self._tg is None:
+            raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
         full_env = dict(os.environ if env is None else env)
+        command = list(cmd)
         proxy = self.proxy
-        if proxy is not None and self._strict:
-            done = await run_strict(cmd, proxy=proxy, cwd=self.root, env=full_env, input=input)
-        else:
-            if proxy is not None:
-                full_env.update(proxy.env())
-            done = await anyio.run_process(
-                cmd, input=input, cwd=self.root, env=full_env, check=False
-            )
-        out, err = done.stdout or b"", done.stderr or b""
+        strict = proxy is not None and self._strict and proxy.unix_path is not None
+        if proxy is not None and strict and proxy.unix_path is not None:
+            command = strict_command(cmd, socket_path=proxy.unix_path)
+            full_env.update(proxy_env("127.0.0.1", DEFAULT_BRIDGE_PORT))
+        elif proxy is not None:
+            full_env.update(proxy.env())
+        run = SupervisedRun(
+            command,
+            cwd=str(self.root),
+            env=full_env,
+            input=input,
+            cap=self.cap,
+            root=self._real_root,
+            watch=self._watch if audit.collecting() else (),
+        )
+        await run.start(self._tg)
+        self._runs.setdefault(episode_id, []).append(run)
+        try:
+            await run.wait()
+        except BaseException:
+            killed = await run.kill()  # cancelled (a timeout), or it could not start
+            if facts is not None and killed:
+                facts["killed"] = killed
+            raise
+        finally:
+            if not run.lingering:
+                self._forget(episode_id, run)
+        if facts is not None and run.left:
+            facts["left_running"] = run.left
+        out, err = bytes(run.stdout.head), bytes(run.stderr.head)
+        if strict and run.exit_code == SETUP_FAILED and SETUP_MARKER.encode() in err:
+            lines = err.decode(errors="replace").splitlines()
+            raise UpstreamError(next(ln for ln in lines if SETUP_MARKER in ln).strip())
         content: list[dict[str, Any]] = []
-        if out:
+        if run.stdout.size:
             content.append({"type": "text", "text": capped_text(out, self.cap)})
-        if err:
+        if run.stderr.size:
             content.append({"type": "text", "text": "stderr: " + capped_text(err, self.cap)})
+        code = run.exit_code if run.exit_code is not None else -1
         return Shown(
             content=tuple(content),
-            is_error=done.returncode != 0,
+            is_error=code != 0,
             structured={
-                "exit_code": done.returncode,
-                "stdout_bytes": len(out),
-                "stderr_bytes": len(err),
-                "stdout_sha256": hashlib.sha256(out).hexdigest(),
-                "stderr_sha256": hashlib.sha256(err).hexdigest(),
+                "exit_code": code,
+                "stdout_bytes": run.stdout.size,
+                "stderr_bytes": run.stderr.size,
+                "stdout_sha256": run.stdout.sha256,
+                "stderr_sha256": run.stderr.sha256,
             },
         )
+
+    def _forget(self, episode_id: str, run: SupervisedRun) -> None:
+        runs = self._runs.get(episode_id)
+        if runs is not None and run in runs:
+            runs.remove(run)
+            if not runs:
+                del self._runs[episode_id]
+
+    async def end_episode(self, episode_id: str) -> list[dict[str, Any]]:
+        """The episode ends: kill what its tools left running; what was killed, per run."""
+        out: list[dict[str, Any]] = []
+        for run in self._runs.pop(episode_id, []):
+            killed = await run.kill()
+            if killed:
+                out.append({"cmd": run.cmd, "pid": run.pid, "killed": killed})
+        return out
+
+
+def _where(root: Path) -> tuple[str, list[str]]:
+    """The sandbox root resolved, and where process evidence is looked for: the
+    filesystems of the machine's root, the temp dirs, shared memory, the home directory
+    and the sandbox root."""
+    real = os.path.realpath(root)
+    out = ["/", "/dev/shm", "/var/tmp", tempfile.gettempdir(), real]
+    with contextlib.suppress(RuntimeError, KeyError):
+        out.append(str(Path.home()))
+    return real, [p for p in out if os.path.isdir(p)]

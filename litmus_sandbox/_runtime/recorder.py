@@ -242,15 +242,32 @@ class Recording:
         """Run a subprocess tool in the sandbox root, recorded as a ``name`` tool call.
 
         The process gets the egress proxy (in strict mode, an empty network namespace
-        whose only way out is the proxy; otherwise the proxy variables). The agent is shown
-        its stdout (and stderr), ``is_error`` when it exits non-zero; the step records the
-        exit code, output sizes and hashes, and the effects the probes saw.
+        whose only way out is the proxy; otherwise the proxy variables) and runs under a
+        supervisor (``processes.py``). The agent is shown its stdout (and stderr), cut to
+        ``max_result_bytes``, ``is_error`` when it exits non-zero; the step records the
+        exit code, output sizes and hashes, what it left running or had killed, and the
+        effects the probes saw. The call ends when the process exits; what it left
+        running is killed when its time limit passes or the episode ends.
         """
         args: dict[str, Any] = {"cmd": list(cmd)}
         if input is not None:
             args["input_sha256"] = hashlib.sha256(input).hexdigest()
-        runner = functools.partial(self._processes.run, cmd=list(cmd), input=input, env=env)
-        return await self.call_with(runner, name, args)
+        facts: dict[str, Any] = {}  # what it left running, what was killed
+        runner = functools.partial(
+            self._processes.run,
+            cmd=list(cmd),
+            input=input,
+            env=env,
+            episode_id=self.episode_id,
+            facts=facts,
+        )
+
+        def noted(step: ToolCallStep) -> ToolCallStep:
+            if not facts:
+                return step
+            return msgspec.structs.replace(step, meta={**step.meta, "processes": dict(facts)})
+
+        return await self.call_with(runner, name, args, finalize=noted)
 
     async def _call(
         self,
@@ -415,10 +432,15 @@ class Recording:
             )
             status = "aborted"
             reason = failure if reason is None else f"{reason}; {failure}"
+        # What its subprocess tools left running dies with it (before the probes' last
+        # pass, which sees what those processes did).
+        killed = await self._processes.end_episode(self.episode_id)
         unattributed, findings = (
             await self._watch.finish() if self._watch is not None else (Effects(), ())
         )
         end_meta: dict[str, Any] = dict(self.end_meta)
+        if killed:
+            end_meta["processes_killed"] = killed
         session = self._env.replay
         if session is not None and self._cassette is not None:
             report = report_of(session, self.episode_id, self.header.case_id, self._sources)

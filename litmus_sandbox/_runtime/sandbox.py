@@ -315,6 +315,8 @@ class Sandbox:
             self.egress_mode = await self._processes.start_proxy(
                 self._stack, self.egress, self.strict_egress, self._observers.ignore
             )
+        # Subprocess tools' pumps live here; leaving it kills what they left running.
+        await self._stack.enter_async_context(self._processes)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,0 +1,274 @@
+"""The supervisor of one subprocess tool (``ep.run``), a script run on its own::
+
+    python -I -S _supervisor.py CONTROL_FD ROOT [--pidns] [--watch PATH]... -- CMD...
+
+Theory of operation
+-------------------
+The sandbox starts this script with one end of a socket pair (``CONTROL_FD``) and the
+tool's stdin, stdout and stderr; it imports nothing but the standard library (and the
+fanotify reader of the fs oracle, by path). It
+
+1. becomes the init of a PID namespace of its own where the machine allows (``--pidns``:
+   ``unshare(CLONE_NEWPID)``, then a fork: the outer process only waits), else a
+   *subreaper* (``PR_SET_CHILD_SUBREAPER``): either way every process the tool starts,
+   ``setsid`` and double forks included, stays below it;
+2. in its namespace, watches the filesystems of the ``--watch`` paths with fanotify
+   (``oracles/fs/_fanotify.py``), whose events name a pid only for the processes of that
+   namespace: what it reports is what the tool's tree did, whatever else runs;
+3. starts ``CMD`` in a session of its own, hands it the stdio and lets go of its own copies
+   (the call's output ends when the tool's tree closes it, not this script);
+4. reports on the socket, one JSON object a line: ``ready`` (how it watches),
+   ``started`` (the tool's pid), ``fs`` (changes outside ``ROOT``, and attribute changes
+   inside it), ``exit`` (the tool's exit status, once its changes are all told), ``left``
+   (processes still running when it exited), ``killed``;
+5. kills the whole tree (and reports what it killed) when told ``kill``, or when the
+   socket closes (the sandbox ended, or died); ends by itself once the tool and everything
+   it started have ended.
+
+Pids are the machine's (read in ``/proc``, which stays the machine's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import select
+import signal
+import sys
+from typing import Any
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_CLONE_NEWPID = 0x20000000
+_FANOTIFY = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), os.pardir, "oracles", "fs", "_fanotify.py"
+)
+
+
+def _load_fanotify() -> Any:
+    spec = importlib.util.spec_from_file_location("_litmus_fanotify", _FANOTIFY)
+    if spec is None or spec.loader is None:
+        raise ImportError(_FANOTIFY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _host_pid() -> int:
+    """This process's pid on the machine (``/proc`` is the machine's, not the namespace's)."""
+    return int(os.readlink("/proc/self"))
+
+
+def _table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command) of every process on the machine."""
+    out: dict[int, tuple[int, str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read(400).replace(b"\0", b" ").strip().decode(errors="replace")
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) > 1:
+            out[int(name)] = (int(rest[1]), cmd or stat[stat.find("(") + 1 : stat.rfind(")")])
+    return out
+
+
+def _descendants(top: int) -> list[tuple[int, str]]:
+    table = _table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: list[tuple[int, str]] = []
+    stack = list(children.get(top, ()))
+    while stack:
+        pid = stack.pop()
+        out.append((pid, table[pid][1]))
+        stack.extend(children.get(pid, ()))
+    return sorted(out)
+
+
+class Supervisor:
+    """The init (or subreaper) side: runs the tool, watches, reports, kills."""
+
+    def __init__(self, control: int, root: str, pidns: bool, watch: list[str]) -> None:
+        self.control = control
+        self.root = root.rstrip("/") + "/"
+        self.pidns = pidns
+        self.me = _host_pid()
+        self.watcher: Any = None
+        why = "no paths to watch" if not watch else "no PID namespace of its own here"
+        if watch and pidns:
+            try:
+                self.watcher, why = _load_fanotify().open_watcher(watch)
+            except Exception as exc:  # a surprise here means no evidence, not no tool
+                why = f"fanotify unavailable: {exc!r}"
+        self.ready = {"pidns": pidns, "watching": self.watcher is not None, "why": why}
+        self.main: int | None = None
+        self.status: int | None = None
+
+    def send(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record) + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(self.control, data) :]
+        except OSError:  # the sandbox is gone: nobody to tell, nothing to keep running
+            self.kill_all()
+            os._exit(1)
+
+    def changes(self) -> None:
+        if self.watcher is None:
+            return
+        # Inside the root the snapshots see everything: only attributes (times set) and
+        # renames out of it are told.
+        found = [
+            c
+            for c in self.watcher.read()
+            if c[0] == "attrib"
+            or not c[1].startswith(self.root)
+            or (c[2] is not None and not c[2].startswith(self.root))
+        ]
+        if found:
+            self.send({"fs": found})
+        if self.watcher.overflow:
+            self.watcher.overflow = False
+            self.send({"overflow": True})
+
+    def kill_all(self) -> list[tuple[int, str]]:
+        """Kill every process below this one, until none is left; what was killed."""
+        killed: list[tuple[int, str]] = []
+        for _ in range(20):  # a tree that keeps forking is killed in a few rounds
+            found = _descendants(self.me)
+            if not found:
+                break
+            killed.extend(k for k in found if k not in killed)
+            if self.pidns:
+                # Every process of the namespace (and of any below it) but this one; the
+                # pids in /proc are the machine's, not the namespace's.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(-1, signal.SIGKILL)
+            else:
+                for pid, _ in found:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+            while self.reap():
+                select.select([], [], [], 0.01)
+        return killed
+
+    def reap(self) -> bool:
+        """Reap what has ended; whether any process is still running below this one (all
+        of them are children or descend from one: orphans come back to an init, or to a
+        subreaper)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if pid == 0:
+                return True
+            if pid == self.main and self.status is None:
+                self.status = os.waitstatus_to_exitcode(status)
+
+    def run(self, cmd: list[str]) -> int:
+        self.send({"ready": self.ready})
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        os.set_inheritable(self.control, False)
+        try:
+            main = os.posix_spawnp(cmd[0], cmd, os.environ, setsid=True)
+        except OSError as exc:
+            self.send({"spawn_error": [exc.errno or 0, exc.strerror or str(exc)]})
+            return 127
+        self.main = main
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the tool's output ends with the tool's tree, not with us
+            os.dup2(null, fd)
+        os.close(null)
+        self.send({"started": self._host(main)})
+        told = False
+        fds = [self.control, wake_r] + ([self.watcher.fileno()] if self.watcher else [])
+        while True:
+            ready, _, _ = select.select(fds, [], [], 1.0)
+            if wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(wake_r, 512):
+                            break
+                    except BlockingIOError:
+                        break
+            running = self.reap()
+            self.changes()
+            if self.status is not None and not told:
+                told = True
+                self.send({"exit": self.status})
+                if running:
+                    self.send({"left": _descendants(self.me)})
+            if told and not running:
+                return self.status or 0
+            if self.control in ready:
+                try:
+                    data = os.read(self.control, 512)
+                except OSError:
+                    data = b""
+                if not data or b"kill" in data:
+                    killed = self.kill_all()
+                    self.changes()
+                    if data:
+                        self.send({"killed": killed})
+                    return self.status if self.status is not None else -signal.SIGKILL
+
+    def _host(self, pid: int) -> int:
+        """The machine's pid of our child ``pid`` (its pid in our namespace)."""
+        if not self.pidns:
+            return pid
+        for child, _ in _descendants(self.me):
+            try:
+                with open(f"/proc/{child}/status", "rb") as f:
+                    for line in f:
+                        if line.startswith(b"NSpid:"):
+                            if int(line.split()[-1]) == pid:
+                                return child
+                            break
+            except OSError:
+                continue
+        return pid
+
+
+def main(argv: list[str]) -> int:
+    split = argv.index("--")
+    opts, cmd = argv[:split], argv[split + 1 :]
+    control, root = int(opts[0]), opts[1]
+    watch = [opts[i + 1] for i, o in enumerate(opts) if o == "--watch"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidns = "--pidns" in opts and libc.unshare(_CLONE_NEWPID) == 0
+    if pidns:
+        child = os.fork()
+        if child:
+            # The outer process: lets go of the stdio and the socket, and waits for the
+            # namespace's init; killed, it takes the namespace with it (PDEATHSIG).
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.close(control)
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    else:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    code = Supervisor(control, root, pidns, watch).run(cmd)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

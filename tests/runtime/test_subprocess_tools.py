@@ -1,0 +1,221 @@
+"""Subprocess tools (``ep.run``): bounded output, the call ends with its process, the whole
+tree killed (checked by PID), and effects outside the root told by the process tree."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from litmus_sandbox import Policy, Sandbox, ToolCallStep, read_episodes
+from litmus_sandbox._model.records import Episode
+from litmus_sandbox._runtime.supervised import how_trees_are_watched
+from litmus_sandbox.oracles.fs import FsProbe
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"),
+]
+
+WATCHED = how_trees_are_watched()
+needs_evidence = pytest.mark.skipif(
+    not WATCHED.get("watching"), reason=f"no process evidence here: {WATCHED.get('why')}"
+)
+
+
+def one_episode(path: Path) -> Episode:
+    (episode,) = read_episodes(path)
+    return episode
+
+
+def calls(episode: Episode) -> list[ToolCallStep]:
+    return [s for s in episode.steps if isinstance(s, ToolCallStep)]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    """The test's directory, resolved (effects name real paths)."""
+    return tmp_path.resolve()
+
+
+def sandbox(base: Path, **kw: Any) -> Sandbox:
+    kw.setdefault("probes", ())
+    kw.setdefault("egress", False)
+    return Sandbox(root=base / "root", episodes=base / "eps.jsonl", **kw)
+
+
+async def test_a_child_holding_stdout_open_does_not_hold_the_call(tmp_path: Path) -> None:
+    """The call ends when the tool exits; its background child (holding stdout) and a
+    ``setsid`` grandchild run on until the episode ends, and are killed then: no orphan."""
+    sb = sandbox(tmp_path)
+    script = "sleep 60 & setsid sleep 61 & echo started"
+    async with sb:
+        async with sb.episode("background") as ep:
+            t0 = time.monotonic()
+            result = await ep.run(["sh", "-c", script])
+            took = time.monotonic() - t0
+            (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+            # (A child may not have exec'd its sleep yet when the shell exits: by pid.)
+            left = [pid for pid, _ in step.meta["processes"]["left_running"]]
+            assert len(left) == 2
+            assert all(alive(pid) for pid in left)
+        episode = one_episode(tmp_path / "eps.jsonl")
+        assert not any(alive(pid) for pid in left)
+    assert result.text == "started\n"
+    assert took < 10
+    assert episode.end is not None
+    (ended,) = episode.end.meta["processes_killed"]
+    assert sorted(pid for pid, _ in ended["killed"]) == sorted(left)
+    assert {cmd for _, cmd in ended["killed"]} == {"sleep 60", "sleep 61"}
+
+
+async def test_the_whole_tree_is_killed_at_the_time_limit(tmp_path: Path) -> None:
+    policy = Policy({"run": {"mode": "real", "timeout": 1.0}})
+    sb = sandbox(tmp_path, policy=policy)
+    async with sb, sb.episode("timeout") as ep:
+        result = await ep.run(["sh", "-c", "sleep 60 & setsid sleep 61 & sleep 62"])
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert result.is_error
+    assert step.actual is not None
+    assert step.actual.outcome == "timeout"
+    killed = {cmd: pid for pid, cmd in step.meta["processes"]["killed"]}
+    assert {"sleep 60", "sleep 61", "sleep 62"} <= set(killed)
+    assert not any(alive(pid) for pid in killed.values())
+
+
+_DRIVER = """
+import anyio, json, resource, sys
+from litmus_sandbox import Sandbox
+async def main():
+    sb = Sandbox(root=sys.argv[1] + "/root", episodes=sys.argv[1] + "/eps.jsonl",
+                 probes=(), egress=False, max_result_bytes=1000)
+    async with sb, sb.episode("loud") as ep:
+        r = await ep.run([sys.executable, "-c", sys.argv[2]])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"peak": peak, "text": r.text}))
+anyio.run(main)
+"""
+
+
+def test_output_is_bounded_by_the_cap_whatever_the_tool_prints(tmp_path: Path) -> None:
+    """300 MiB on stdout: the agent is shown the first 1,000 bytes, the step has the whole
+    size and hash, and the recording process's peak memory stays far below the output."""
+    mib = 1 << 20
+    loud = f"import sys\nb = b'x' * {mib}\nfor _ in range(300): sys.stdout.buffer.write(b)"
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(tmp_path), loud],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    out = json.loads(done.stdout)
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.shown.structured["stdout_bytes"] == 300 * mib
+    assert step.shown.structured["stdout_sha256"] == hashlib.sha256(b"x" * 300 * mib).hexdigest()
+    assert out["text"] == "x" * 1000
+    assert out["peak"] < 150 * mib
+
+
+@needs_evidence
+async def test_a_subprocess_escape_at_any_depth_is_told_by_its_process_tree(
+    base: Path,
+) -> None:
+    """The temp dir holds the root (watched one level deep); another folder is watched by
+    nobody. The tool's own process tree says what it wrote in both."""
+    temp = Path(await anyio.to_thread.run_sync(os.path.realpath, tempfile.gettempdir()))
+    root = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp)) / "root"
+    far = base / "unwatched"
+    far.mkdir()
+    script = f"mkdir -p {temp}/a/b/c && echo x > {temp}/a/b/c/deep.txt && echo y > {far}/f.txt"
+    episodes = base / "eps.jsonl"
+    sb = Sandbox(root=root, episodes=episodes, probes=[FsProbe(root)], egress=False)
+    async with sb, sb.episode("deep") as ep:
+        await ep.run(["sh", "-c", script])
+    (step,) = calls(one_episode(episodes))
+    found = {e.path: (e.op, e.attribution) for e in step.effects.fs}
+    assert found[f"{temp}/a/b/c/deep.txt"] == ("created", "process")
+    assert found[f"{far}/f.txt"] == ("created", "process")
+    escapes = {f.path for f in step.findings if f.code == "escape"}
+    assert {f"{temp}/a/b/c/deep.txt", f"{far}/f.txt"} <= escapes
+
+
+_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    folder, go, done = sys.argv[1:4]
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    for i in range(2):
+        with open(os.path.join(folder, f"unrelated-job-{i}"), "w") as f:
+            f.write("not the tool's")
+    open(done, "w").close()
+    """
+)
+
+
+@needs_evidence
+async def test_another_process_writing_during_a_subprocess_call_is_not_blamed(
+    base: Path,
+) -> None:
+    temp = Path(await anyio.to_thread.run_sync(os.path.realpath, tempfile.gettempdir()))
+    go, done = base / "go", base / "done"
+    writer = await anyio.open_process(
+        [sys.executable, "-c", _WRITER, str(temp), str(go), str(done)]
+    )
+    wait = f"touch {go}; while [ ! -e {done} ]; do sleep 0.01; done; echo waited"
+    root = base / "root"
+    sb = Sandbox(root=root, episodes=base / "eps.jsonl", probes=[FsProbe(root)], egress=False)
+    async with writer, sb, sb.episode("busy") as ep:
+        await ep.run(["sh", "-c", wait])
+    episode = one_episode(base / "eps.jsonl")
+    (step,) = calls(episode)
+    leaked = {f"{temp}/unrelated-job-0", f"{temp}/unrelated-job-1"}
+    assert [e.path for e in step.effects.fs if e.path in leaked] == []
+    assert episode.end is not None
+    seen = {e.path: e for e in episode.end.unattributed.fs if e.path in leaked}
+    assert set(seen) == leaked
+    assert {e.during for e in seen.values()} == {step.call_id}
+
+
+@needs_evidence
+async def test_times_set_by_a_subprocess_tool_are_metadata(base: Path) -> None:
+    root = base / "root"
+    root.mkdir()
+    (root / "f.txt").write_bytes(b"same")
+    sb = Sandbox(root=root, episodes=base / "eps.jsonl", probes=[FsProbe(root)], egress=False)
+    async with sb, sb.episode("touch") as ep:
+        await ep.run(["touch", "-d", "2001-01-01", "f.txt"])
+    (step,) = calls(one_episode(base / "eps.jsonl"))
+    (effect,) = step.effects.fs
+    assert (effect.path, effect.op) == ("f.txt", "metadata")
+    assert effect.after_mtime_ns == 978307200 * 10**9
+
+
+async def test_a_missing_command_is_an_error_the_agent_sees(tmp_path: Path) -> None:
+    async with sandbox(tmp_path) as sb, sb.episode("missing") as ep:
+        result = await ep.run(["/nonexistent/tool", "x"])
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert result.is_error
+    assert step.actual is not None
+    assert step.actual.error_type == "FileNotFoundError"
