@@ -157,7 +157,13 @@ def recording_relay(record_to: str, server_cmd: list[str]) -> None:
         os.write(fd, data)
         os.set_blocking(fd, False)
 
-    def pump(src: int, dst: int, on_line: Any, done: asyncio.Future[None]) -> Any:
+    def pump(
+        loop: asyncio.AbstractEventLoop,
+        src: int,
+        dst: int,
+        on_line: Any,
+        done: asyncio.Future[None],
+    ) -> Any:
         buf = bytearray()
 
         def ready() -> None:
@@ -193,16 +199,14 @@ def recording_relay(record_to: str, server_cmd: list[str]) -> None:
             out.flush()
 
     async def run() -> None:
-        nonlocal loop
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         for fd in (0, 1, to_server, from_server):
             os.set_blocking(fd, False)
-        loop.add_reader(0, pump(0, to_server, from_client, done))
-        loop.add_reader(from_server, pump(from_server, 1, from_server_line, done))
+        loop.add_reader(0, pump(loop, 0, to_server, from_client, done))
+        loop.add_reader(from_server, pump(loop, from_server, 1, from_server_line, done))
         await done
 
-    loop: asyncio.AbstractEventLoop
     asyncio.run(run())
     server.stdin.close()
     server.wait()

@@ -176,7 +176,7 @@ def main() -> None:
                 result(rid, {"taskId": task_id, "status": "completed", "ttl": None})
             else:
                 related = {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
-                result(rid, {**TASKS.get(task_id, text("no such task")), "_meta": related})
+                result(rid, {**TASKS.get(str(task_id), text("no such task")), "_meta": related})
         elif method == "resources/read":
             pass  # hung: never answered
         else:
