@@ -34,18 +34,22 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def own_temp_and_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each test gets its own TMPDIR and HOME.
+    """Each test gets its own TMPDIR and HOME, and its own stand-ins for the shared
+    directories the filesystem oracle watches by default (``/dev/shm``, ``/var/tmp``).
 
-    The filesystem oracle watches the temp dir as a tripwire: with the system one, a file
-    another process makes there during a test would land in that test's effects. Subprocesses
-    the test starts inherit both variables.
+    The filesystem oracle watches those as tripwires: with the system ones, a file another
+    process makes there during a test would be seen by that test (as an unattributed
+    effect). Subprocesses the test starts inherit both variables.
     """
     import tempfile
 
+    from litmus_sandbox.oracles.fs import _tripwires
+
     base = tmp_path_factory.mktemp("own")
-    tmp, home = base / "tmp", base / "home"
-    tmp.mkdir()
-    home.mkdir()
+    tmp, home, shm, var_tmp = base / "tmp", base / "home", base / "shm", base / "var-tmp"
+    for folder in (tmp, home, shm, var_tmp):
+        folder.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(_tripwires, "SHARED_TRIPWIRES", (str(shm), str(var_tmp)))

@@ -712,6 +712,46 @@ async def test_tripwires_default_plan_and_ignored_paths(
         assert (await probe.after_call("c")).fs == ()
 
 
+def test_shared_memory_and_var_tmp_are_default_tripwires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the machine, ``/dev/shm`` and ``/var/tmp`` (this test's own stand-ins otherwise:
+    see conftest.py), before the temp dir."""
+    from litmus_sandbox.oracles.fs import _tripwires
+
+    assert _tripwires.SHARED_TRIPWIRES != ("/dev/shm", "/var/tmp")  # the tests' own
+    monkeypatch.setattr(_tripwires, "SHARED_TRIPWIRES", ("/dev/shm", "/var/tmp"))
+    found = default_tripwires()
+    expected = [d for d in ("/dev/shm", "/var/tmp") if os.path.isdir(d)]
+    assert found[-1 - len(expected) : -1] == expected
+    assert found[-1] == tempfile.gettempdir()
+
+
+async def test_the_tripwire_budget_is_spent_in_order_and_the_header_says_so(base: Path) -> None:
+    """A budget of 5 entries: the first small tripwire takes 3, the next (3 more) no longer
+    fits and is watched one level deep; the one holding the root is one level deep too."""
+    root = base / "root"
+    root.mkdir()
+    first, second = base / "first", base / "second"
+    for folder in (first, second):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "a").write_bytes(b"")
+        (folder / "b").write_bytes(b"")
+    probe = FsProbe(root, tripwires=[first, second, base], tripwire_max_entries=5)
+    async with running(probe):
+        described = probe.describe()
+        await probe.before_call("c")
+        await tool(lambda: (first / "sub" / "deep.txt").write_bytes(b"x"))
+        effects = (await probe.after_call("c")).fs
+    watched = {w["path"]: w["recursive"] for w in described["tripwires_watched"]}
+    assert watched == {str(first): True, str(second): False, str(base): False}
+    assert described["tripwire_budget"] == {
+        "entries": 5,
+        "one_level": {str(second): "over_budget", str(base): "holds_root"},
+    }
+    assert [(e.path, e.attribution) for e in effects] == [(f"{first}/sub/deep.txt", "audit")]
+
+
 async def test_probe_misuse_is_a_config_error(root: Path, tmp_path: Path) -> None:
     probe = FsProbe(root, tripwires=())
     with pytest.raises(ConfigError, match="start"):

@@ -30,21 +30,21 @@ Effects are :class:`FsEffect` records, one per path (two for a change of entry t
 
 Tripwires
 ---------
-Directories outside the root (by default the user's home and the system temp directory)
-are observed the same way; the sandbox root, everything under it and the ``ignore`` paths
-are left out. **A tripwire effect has an absolute path** (it starts with ``/``), while
-root effects have relative POSIX paths: :func:`is_tripwire_effect` tells them apart, and
-the sandbox's findings turn them into ``escape``. A tripwire is watched recursively when
-it does not contain the root and holds at most ``tripwire_max_entries`` entries; otherwise
-(a home directory with toolchains in it, the temp dir holding the root) only its direct
-entries are watched: a file created, modified, deleted or renamed directly inside it is
-caught, deeper changes are not. At every boundary a tripwire's top is also re-checked
-synchronously (its listing, and the keys of the files directly in it, when it has at most
-1,024 entries), so those effects land in the right call; other changes (a subdirectory's
-mode, anything deeper in a recursive tripwire) arrive through watchdog and may land one
-boundary late. Tripwires see every process, not only the tools: keep the episode stream
-and the harness's own files out of them (``ignore``). Their baseline is not hashed (a home
-directory may hold gigabytes), so a tripwire ``modified`` effect has no ``before_sha256``.
+Directories outside the root (by default the user's home, ``/dev/shm``, ``/var/tmp`` and
+the system temp directory; ``_tripwires.py`` says how deep each is watched, within a
+budget the header reports) are observed the same way; the root, everything under it and
+the ``ignore`` paths are left out. **A tripwire effect has an absolute path** (it starts
+with ``/``), while root effects have relative POSIX paths (:func:`is_tripwire_effect`).
+An effect outside the root lands on a call only with evidence that the call made it
+(``_attribution.py``): its audit events, or its process tree; the same evidence finds
+what the call did where no tripwire reaches. At every boundary a tripwire's top is also
+re-checked synchronously (its listing, and the keys of the files directly in it, when it
+has at most 1,024 entries), and the paths a call's evidence names are looked at, so
+those effects land in the right call; other changes arrive through watchdog and may land
+one boundary late. Tripwires see every process, not only the tools: keep the episode
+stream and the harness's own files out of them (``ignore``). Their baseline is not hashed
+(a home directory may hold gigabytes), so a tripwire ``modified`` effect has no
+``before_sha256``.
 
 Known limits: calls that overlap share the changes seen while both ran (the sandbox
 records those as unattributed); the root directory's ctime moves at every barrier; a
@@ -144,7 +144,8 @@ class FsProbe:
         limiter: bounds the worker threads used for blocking filesystem work.
         ignore: paths outside the root whose changes are not tripwire effects (the
             episode stream, logs the harness itself writes).
-        tripwire_max_entries: largest tripwire tree watched recursively.
+        tripwire_max_entries: the budget of entries watched recursively in all tripwires
+            together (``_tripwires.py``).
     """
 
     name = "fs"
@@ -205,9 +206,11 @@ class FsProbe:
             "attribution": {"root": "window", "outside_root": "evidence"},
         }
         if self._plans:
-            out["tripwires_watched"] = [
-                {"path": p.top, "recursive": p.recursive} for p in self._plans if not p.at_end
-            ]
+            watched = [p for p in self._plans if not p.at_end]
+            out["tripwires_watched"] = [{"path": p.top, "recursive": p.recursive} for p in watched]
+            cut = {p.top: p.cut for p in watched if p.cut is not None}
+            # The budget of entries watched whole: which tripwires it left one level deep.
+            out["tripwire_budget"] = {"entries": self._tripwire_max, "one_level": cut}
             if at_end := [p.top for p in self._plans if p.at_end]:
                 # Many directories beside the root: how many, not which (it can be hundreds).
                 out["beside_root"] = {

@@ -1,9 +1,14 @@
 """Which directories outside the sandbox root are tripwires, and how deep each is watched.
 
-A tripwire that holds the root (the temp dir usually does) or more than
-``DEFAULT_TRIPWIRE_MAX_ENTRIES`` entries is watched one level deep; a small one is watched
-whole. The root, everything under it, the ``ignore`` paths and tripwires nested in
-another are left out of each tree.
+By default: the user's home, shared memory (``/dev/shm``), ``/var/tmp`` and the system
+temp directory (those that exist). Tripwires are watched whole within a *budget* of
+entries, ``DEFAULT_TRIPWIRE_MAX_ENTRIES`` (20,000) for all of them together, spent in the
+order they are given: one whose tree does not fit in what is left is watched one level
+deep (its direct entries), and so is one that holds the root (the temp dir usually does:
+the root has a watch of its own). The episode header says which were cut, and why
+(``over_budget``, ``holds_root``). Deeper changes in a cut tripwire are found by evidence
+(a call's audit events, its process tree), not by the tripwire. The root, everything
+under it, the ``ignore`` paths and tripwires nested in another are left out of each tree.
 
 The root's own surroundings are where ``../`` lands: whenever there are tripwires, the
 root's parent is one too, and so is every directory between the root and a tripwire that
@@ -35,15 +40,20 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 
-#: A tripwire with more entries than this (or holding the root) is watched one level deep.
-DEFAULT_TRIPWIRE_MAX_ENTRIES = 2000
+#: Entries watched recursively in all tripwires together: a tripwire whose tree does not
+#: fit in what is left (or that holds the root) is watched one level deep.
+DEFAULT_TRIPWIRE_MAX_ENTRIES = 20_000
+#: Directories every process shares, watched by default (tests point these elsewhere).
+SHARED_TRIPWIRES: tuple[str, ...] = ("/dev/shm", "/var/tmp")
 
 
 def default_tripwires() -> list[str]:
-    """The user's home directory and the system temp directory (those that exist)."""
+    """The user's home, the shared directories (``/dev/shm``, ``/var/tmp``) and the system
+    temp directory, last (those that exist)."""
     out: list[str] = []
     with contextlib.suppress(RuntimeError, KeyError):  # no HOME and no passwd entry
         out.append(str(Path.home()))
+    out.extend(d for d in SHARED_TRIPWIRES if os.path.isdir(d))
     out.append(tempfile.gettempdir())
     return out
 
@@ -52,8 +62,8 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def _small(top: str, exclude: frozenset[str], limit: int) -> bool:
-    """Whether the tree under ``top`` holds at most ``limit`` entries (stops early)."""
+def _count(top: str, exclude: frozenset[str], limit: int) -> int | None:
+    """How many entries the tree under ``top`` holds; None past ``limit`` (stops early)."""
     count, stack = 0, [""]
     while stack:
         rel = stack.pop()
@@ -65,12 +75,12 @@ def _small(top: str, exclude: frozenset[str], limit: int) -> bool:
                         continue
                     count += 1
                     if count > limit:
-                        return False
+                        return None
                     if de.is_dir(follow_symlinks=False):
                         stack.append(path)
         except OSError:
             continue
-    return True
+    return count
 
 
 def _surroundings(root: str, tops: list[str]) -> list[str]:
@@ -118,7 +128,12 @@ class Plan:
     """A tripwire as it will be watched."""
 
     def __init__(
-        self, top: str, exclude: frozenset[str], recursive: bool, at_end: bool = False
+        self,
+        top: str,
+        exclude: frozenset[str],
+        recursive: bool,
+        at_end: bool = False,
+        cut: str | None = None,
     ) -> None:
         self.top = top
         self.exclude = exclude
@@ -126,6 +141,8 @@ class Plan:
         #: One of the many directories beside the root: one level deep, watched through
         #: the probe's one inotify descriptor, or else compared only when it finishes.
         self.at_end = at_end
+        #: Why a tripwire is watched one level deep: ``holds_root`` or ``over_budget``.
+        self.cut = cut
 
 
 def plan_tripwires(
@@ -134,7 +151,8 @@ def plan_tripwires(
     """The tripwires to watch around ``root`` (a resolved path), in the order given.
 
     Missing directories, the root itself and directories inside it are dropped; a
-    tripwire is recursive when it does not hold the root and has at most ``limit`` entries.
+    tripwire is recursive when it does not hold the root and its tree fits in what is left
+    of the budget of ``limit`` entries.
     """
     tops: list[str] = []
     for t in tripwires:
@@ -154,12 +172,20 @@ def plan_tripwires(
                 at_end = beside[:_MAX_CHECKED_AT_END]
     ignored = [os.path.realpath(p) for p in ignore]
     plans = []
+    budget = limit
     for top in tops:
         # Leave out the root, ignored paths, and tripwires nested inside this one.
         inner = [root, *ignored, *(t for t in tops if t != top)]
         exclude = frozenset(os.path.relpath(p, top) for p in inner if _under(p, top) and p != top)
-        recursive = not _under(root, top) and _small(top, exclude, limit)
-        plans.append(Plan(top, exclude, recursive))
+        if _under(root, top):
+            plans.append(Plan(top, exclude, recursive=False, cut="holds_root"))
+            continue
+        entries = _count(top, exclude, budget)
+        if entries is None:
+            plans.append(Plan(top, exclude, recursive=False, cut="over_budget"))
+        else:
+            budget -= entries
+            plans.append(Plan(top, exclude, recursive=True))
     for top in at_end:
         if not any(_under(top, p) for p in ignored):
             inner = [p for p in ignored if _under(p, top) and p != top]
