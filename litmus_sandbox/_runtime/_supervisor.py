@@ -81,6 +81,14 @@ def _table() -> dict[int, tuple[int, str]]:
     return out
 
 
+def _linked(path: str) -> bool:
+    """Whether ``path`` is a file with more than one link."""
+    try:
+        return os.lstat(path).st_nlink > 1
+    except OSError:
+        return False
+
+
 def _descendants(top: int) -> list[tuple[int, str]]:
     table = _table()
     children: dict[int, list[int]] = {}
@@ -126,14 +134,16 @@ class Supervisor:
     def changes(self) -> None:
         if self.watcher is None:
             return
-        # Inside the root the snapshots see everything: only attributes (times set) and
-        # renames out of it are told.
+        # Inside the root the snapshots see everything: only attributes (times set),
+        # renames out of it, and writes to files with other links (they may be outside)
+        # are told.
         found = [
             c
             for c in self.watcher.read()
             if c[0] == "attrib"
             or not c[1].startswith(self.root)
             or (c[2] is not None and not c[2].startswith(self.root))
+            or (c[0] == "written" and _linked(c[1]))
         ]
         if found:
             self.send({"fs": found})

@@ -69,6 +69,10 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SKIPPED = ("/proc/", "/sys/", "/dev/")
 _KEPT = ("/dev/shm/",)
 _RETIMED = frozenset({"retimed", "attrib"})
+#: Operations that may change what an entry holds (or whether it is there).
+_WRITES = frozenset(
+    {"written", "created", "removed", "moved_from", "moved_to", "linked", "symlinked", "tree"}
+)
 #: ``dir_fd`` as the audit events give it when none was passed.
 _NO_DIR_FD = (None, -1, -100)
 
@@ -151,10 +155,10 @@ class Evidence:
         return (bool(self.spawned) or self.delegated) and not self.processes_watched
 
     def retimed(self, path: str) -> bool:
-        """Whether the call only set ``path``'s times or attributes (``os.utime``, a
-        process's attribute change), writing nothing there."""
+        """Whether the call set ``path``'s times or attributes (``os.utime``, a process's
+        attribute change) and wrote nothing there."""
         touch = self.touches.get(path)
-        return touch is not None and bool(touch.ops) and touch.ops <= _RETIMED
+        return touch is not None and bool(touch.ops & _RETIMED) and not touch.ops & _WRITES
 
     def claims(self, path: str) -> Source | None:
         """``audit`` or ``process`` when this evidence names ``path`` (or a tree above it)."""

@@ -226,7 +226,7 @@ def _from_touch(touch: Touch, new: Entry | None) -> list[FsEffect]:
     (made,) = effects_for(path, None, new)
     if touch.ops & _BIRTHS:
         return [made]
-    if new.kind == "file" and not touch.ops <= _RETIMED:
+    if new.kind == "file" and "written" in touch.ops:
         return [msgspec.structs.replace(made, op="modified")]
     if new.kind != "symlink" and touch.ops & _RETIMED:
         return [msgspec.structs.replace(made, op="metadata")]

@@ -164,8 +164,10 @@ class Watcher:
             if mask & _FAN_ONDIR and child is not None:
                 self._made.setdefault(child, path)
             out.append(("created", path, None))
-        if mask & (_FAN_MODIFY | _FAN_CLOSE_WRITE):
+        if mask & _FAN_MODIFY:
             out.append(("written", path, None))
+        elif mask & _FAN_CLOSE_WRITE:  # opened for writing, nothing written (touch)
+            out.append(("opened", path, None))
         if mask & _FAN_ATTRIB:
             out.append(("attrib", path, None))
         if mask & _FAN_DELETE:
