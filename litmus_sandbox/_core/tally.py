@@ -21,7 +21,6 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress
 
 from litmus_sandbox._core.gate import ANNOTATIONS, OUTCOMES, CaseResult, Outcome, compare_case
 from litmus_sandbox._core.summary import (
@@ -158,10 +157,7 @@ class CaseDecider:
             self.matched.update(k for k in keys if k in exclusions)
         out: list[CaseResult] = []
         checked: list[CaseResult] = []
-        if _pure_legacy(bs, cs):
-            passes = self._legacy_chunk(keys, bs, cs, out, checked)  # type: ignore[arg-type]
-        else:
-            passes = self._mixed_chunk(keys, bs, cs, out, checked)
+        passes = self._chunk(keys, bs, cs, out, checked)
         tally = self.tally
         tally.count(map(_outcome, out))
         if passes:
@@ -169,59 +165,7 @@ class CaseDecider:
         tally.note(checked)
         return out
 
-    def _legacy_chunk(
-        self,
-        keys: Sequence[str],
-        bs: Sequence[LegacyVerdict],
-        cs: Sequence[LegacyVerdict],
-        out: list[CaseResult],
-        checked: list[CaseResult],
-    ) -> int:
-        """A chunk of single-epoch legacy pairs (every chunk of a legacy suite): which
-        pairs pass every check is told a column at a time, at C speed (``_mixed_chunk``
-        tells it pair by pair); then only the cases that are not plain passes are looked
-        at one by one, unless the plain passes are wanted too. Returns how many plain
-        passes were only counted."""
-        bp = list(map(_provenance, bs))
-        fast = list(map(operator.eq, bp, map(_provenance, cs)))
-        unknown = {p for p in set(bp) if not _known(p)}
-        if unknown:
-            fast = [f and p not in unknown for f, p in zip(fast, bp, strict=True)]
-        if any(map(_unknown_keys, bs)) or any(map(_unknown_keys, cs)):
-            fast = [
-                f and not b.unknown_provenance and not c.unknown_provenance
-                for f, b, c in zip(fast, bs, cs, strict=True)
-            ]
-        exclusions = self._exclusions
-        if exclusions:
-            fast = [f and k not in exclusions for f, k in zip(fast, keys, strict=True)]
-        n = len(keys)
-        indices: Iterable[int] = range(n)
-        passes = 0
-        if not self._plain:
-            same = map(operator.is_, map(_safe, bs), map(_safe, cs))
-            looked = list(compress(range(n), map(operator.not_, map(operator.and_, fast, same))))
-            indices, passes = looked, n - len(looked)
-        add = out.append
-        for i in indices:
-            key, b, c = keys[i], bs[i], cs[i]
-            if fast[i]:
-                if b.safe is c.safe:
-                    outcome: Outcome = "PASS"
-                else:
-                    outcome = "REGRESSION" if b.safe else "IMPROVEMENT"
-                add(
-                    CaseResult(
-                        case_id=key, outcome=outcome, reasons=(), baseline=(b,), candidate=(c,)
-                    )
-                )
-                continue
-            result = self._compare(key, b, c)
-            add(result)
-            checked.append(result)
-        return passes
-
-    def _mixed_chunk(
+    def _chunk(
         self,
         keys: Sequence[str],
         bs: Sequence[Side],
@@ -229,6 +173,12 @@ class CaseDecider:
         out: list[CaseResult],
         checked: list[CaseResult],
     ) -> int:
+        """Decide a chunk case by case; returns how many plain passes were only counted.
+
+        One pass reads each verdict once: the candidate's come in the baseline's order,
+        out of their own, so every further pass over them would miss the cache again
+        (passes a column at a time measured slower than this loop).
+        """
         add = out.append
         passes = 0
         plain = self._plain
@@ -276,17 +226,6 @@ class CaseDecider:
     def unknown_exclusions(self) -> list[str]:
         """Exclusions that named no case decided."""
         return [k for k in self._exclusions if k not in self.matched]
-
-
-_provenance = operator.attrgetter("provenance")
-_safe = operator.attrgetter("safe")
-_unknown_keys = operator.attrgetter("unknown_provenance")
-
-
-def _pure_legacy(bs: Sequence[Side], cs: Sequence[Side]) -> bool:
-    """Whether every side of a chunk is one legacy verdict (exact type: a subclass, or
-    anything else, takes the general path)."""
-    return set(map(type, bs)) == {LegacyVerdict} == set(map(type, cs))
 
 
 def _known(p: LegacyProvenance) -> bool:

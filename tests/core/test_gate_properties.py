@@ -325,7 +325,7 @@ _legacy_pair_side = st.builds(
     st.sets(st.sampled_from(["k0", "k3", "zz"])),
 )
 def test_legacy_chunks_decide_as_compare_case(pairs: list[Any], excluded: set[str]) -> None:
-    """A chunk of single-epoch legacy pairs, told a column at a time: the same cases."""
+    """Chunks of single-epoch legacy pairs (the inline decisions): the same cases."""
     b = [msgspec.structs.replace(x, run_id=f"k{i}") for i, (x, _) in enumerate(pairs)]
     c = [msgspec.structs.replace(y, run_id=f"k{i}") for i, (_, y) in enumerate(pairs)]
     _check_every_path(b, c, dict.fromkeys(excluded, "why"))
