@@ -43,6 +43,7 @@ class TableWriter(Writer):
         self._paint = _Painter() if color else None
 
     def write(self, results: Sequence[CaseResult]) -> None:
+        rows: dict[int, list[tuple[str, str, list[str]]]] = {}
         for case in results:
             if not shown(case):
                 continue
@@ -72,7 +73,9 @@ class TableWriter(Writer):
                 f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}",
                 more,
             )
-            self.spool.write(rank(case), _encoder.encode(row) + b"\n")
+            rows.setdefault(rank(case), []).append(row)
+        for place, ranked in rows.items():  # one write a rank
+            self.spool.write(place, _encoder.encode_lines(ranked))
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         out, width = self.out, self._width
