@@ -191,6 +191,9 @@ class EgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     #: How the request was tied to its call (see :data:`Attribution`); UNSET until set, as
     #: on :class:`FsEffect`.
     attribution: Attribution | msgspec.UnsetType = msgspec.UNSET
+    #: Why the request got no response (the upstream refused, reset or did not answer in
+    #: time): what the tool saw instead.
+    error: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class Effects(msgspec.Struct, frozen=True, kw_only=True):

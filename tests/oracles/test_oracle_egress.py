@@ -873,16 +873,31 @@ async def test_proxy_streams_a_large_chunked_response() -> None:
     assert (flow.response_bytes, flow.status) == (total, 200)
 
 
-async def test_proxy_answers_502_when_upstream_is_unreachable() -> None:
+async def test_an_unreachable_upstream_looks_the_same_through_the_proxy() -> None:
+    """A refused connection is not turned into an HTTP 502 the server never sent: the
+    client's connection is reset (curl: "Recv failure: Connection reset by peer", or for a
+    tunnel, the CONNECT aborted), and the flow records why."""
     log = Log()
     port = free_port()
     with anyio.fail_after(10):
         async with ForwardProxy(None, log) as proxy:
-            rc, out, _ = await curl("-i", f"http://127.0.0.1:{port}/", env=proxy.env())
-            [flow] = await log.settled(1)
-    assert rc == 0
-    assert out.startswith(b"HTTP/1.1 502")
-    assert (flow.decision, flow.status) == ("allow", 502)
+            rc, out, err = await curl("-i", f"http://127.0.0.1:{port}/", env=proxy.env())
+            tunnel_rc, _, tunnel_err = await curl(
+                "-k", f"https://127.0.0.1:{port}/", env=proxy.env()
+            )
+            async with httpx.AsyncClient(proxy=proxy.url) as client:
+                with pytest.raises(httpx.TransportError):
+                    await client.get(f"http://127.0.0.1:{port}/")
+            flows = await log.settled(3)
+    assert (rc, out) == (56, b"")
+    assert b"reset" in err.lower()
+    assert tunnel_rc in (35, 56)  # curl says which: CONNECT aborted, or recv failure
+    assert b"502" not in tunnel_err
+    assert [(f.method, f.decision, f.status, f.error) for f in flows] == [
+        ("GET", "allow", None, "Connection refused"),
+        ("CONNECT", "allow", None, "Connection refused"),
+        ("GET", "allow", None, "Connection refused"),
+    ]
 
 
 async def test_proxy_relays_close_delimited_responses() -> None:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import cast
 
+import msgspec
+
 from litmus_sandbox._model.records import EgressDecision, EgressEvent
 
 #: The tool call in flight in this context (set by ``EgressProbe.before_call``).
@@ -46,6 +48,7 @@ class EgressFlow:
         "call_id",
         "decision",
         "done",
+        "error",
         "host",
         "method",
         "path",
@@ -82,6 +85,8 @@ class EgressFlow:
         self.response_bytes = 0
         self.status: int | None = None
         self.sni: str | None = None
+        #: Why no response came (refused, reset, timed out); None while none is known.
+        self.error: str | None = None
         self.done = False
 
     def event(self) -> EgressEvent:
@@ -98,6 +103,7 @@ class EgressFlow:
             decision=cast("EgressDecision", self.decision),
             sni=self.sni,
             url=self.url,
+            error=msgspec.UNSET if self.error is None else self.error,
         )
 
     @property

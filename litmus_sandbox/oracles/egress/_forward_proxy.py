@@ -47,10 +47,16 @@ from litmus_sandbox._config.egress import EgressPolicy
 from litmus_sandbox._model.errors import UpstreamError
 from litmus_sandbox.oracles.egress._downstream import ClientGone, Downstream
 from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink, close_flow, ignore
-from litmus_sandbox.oracles.egress._http_wire import Abort, BadMessage, proxy_env, report_decoder
+from litmus_sandbox.oracles.egress._http_wire import (
+    Abort,
+    BadMessage,
+    Reset,
+    proxy_env,
+    report_decoder,
+)
 from litmus_sandbox.oracles.egress._netns import REPORT_PATH
 from litmus_sandbox.oracles.egress._relay import HttpRelay
-from litmus_sandbox.oracles.egress._streams import serve
+from litmus_sandbox.oracles.egress._streams import reset, serve
 from litmus_sandbox.oracles.egress._tunnel import CLOSED, tunnel
 
 _log = logging.getLogger("litmus_sandbox.egress")
@@ -173,6 +179,8 @@ class ForwardProxy:
         async with stream:
             try:
                 await self._requests(stream, trusted)
+            except Reset:
+                reset(stream)  # closed as the upstream closed on us: the client sees the same
             except (*CLOSED, Abort, ClientGone):
                 pass  # a peer went away mid-message; its flow was closed on the way out
             except Exception:

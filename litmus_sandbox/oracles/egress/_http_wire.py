@@ -32,6 +32,12 @@ class Abort(Exception):
     """Stop relaying and close the client connection (a response is already under way)."""
 
 
+class Reset(Abort):
+    """Stop relaying and reset the client connection, as the upstream reset or refused
+    ours: the client sees the failure it would have seen without the proxy, not an HTTP
+    error the upstream never sent."""
+
+
 class UpstreamBad(Exception):
     """The upstream sent something that is not an HTTP response (``reason`` says what)."""
 

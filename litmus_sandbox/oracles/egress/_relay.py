@@ -18,9 +18,12 @@ For each request a client connection carries (``GET http://host:port/path HTTP/1
 
 One upstream connection serves one client connection, kept alive while both allow it. A
 kept-alive upstream found closed before it answered is retried once on a fresh
-connection when the request had no body. The upstream's faults are answered ``502``
-while nothing of the response reached the client; after that the client connection is
-closed (:class:`~._http_wire.Abort`). Bytes counted are payload bytes, de-chunked.
+connection when the request had no body. An upstream that refuses, resets or closes
+before answering (or cannot be resolved) resets the client's connection, and one that
+does not answer in time closes it (:class:`~._http_wire.Reset`, ``Abort``): the client
+sees what it would have seen without the proxy, and the flow records why (``error``).
+An answer that is not HTTP is answered ``502`` while nothing of it reached the client;
+after that the client connection is closed. Bytes counted are payload bytes, de-chunked.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink, close_fl
 from litmus_sandbox.oracles.egress._http_wire import (
     Abort,
     BadMessage,
+    Reset,
     UpstreamBad,
     UpstreamClosed,
     split_target,
@@ -156,7 +160,7 @@ class HttpRelay:
                 try:
                     stream = await connect(host, port, self.connect_timeout)
                 except (OSError, TimeoutError) as exc:
-                    return await self._fail(flow, f"cannot reach {host}:{port}: {unreachable(exc)}")
+                    raise _unreached(flow, exc) from None
                 up = self.upstream = Upstream(key, stream)
             reused = up.reused
             try:
@@ -182,7 +186,8 @@ class HttpRelay:
                 await self.drop_upstream()
                 if reused and attempt == 0 and not has_body:
                     continue  # a kept-alive connection the server had closed: retry once
-                return await self._fail(flow, "upstream closed the connection")
+                flow.error = "the upstream closed the connection before a response"
+                raise Reset from None
             except UpstreamBad as bad:
                 await self.drop_upstream()
                 return await self._fail(flow, bad.reason)
@@ -294,10 +299,19 @@ class HttpRelay:
         return down.reusable
 
     async def _fail(self, flow: EgressFlow, reason: str) -> bool:
-        """Answer 502 (nothing of a response reached the client yet) and close."""
+        """Answer 502 (the upstream's answer is not HTTP, nothing of it reached the client
+        yet) and close."""
         flow.status = 502
         await self.down.respond(502, f"litmus-sandbox: {reason}\n".encode())
         return False
+
+
+def _unreached(flow: EgressFlow, exc: OSError | TimeoutError) -> Abort:
+    """What the client sees of an upstream it cannot reach: its connection reset (refused,
+    unreachable, not resolvable) or closed (timed out), as without the proxy; the flow
+    records why."""
+    flow.error = unreachable(exc)
+    return Abort() if isinstance(exc, TimeoutError) else Reset()
 
 
 class _Fields:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
@@ -175,6 +176,22 @@ class AsyncioStream(asyncio.Protocol, ByteStream):
         await anyio.lowlevel.checkpoint()
 
 
+def reset(stream: ByteStream) -> None:
+    """Make closing ``stream`` reset its TCP connection (SO_LINGER 0): what a refused or
+    reset upstream does to a client that connects to it directly. A Unix socket (strict
+    mode's bridge) has no reset: it is closed."""
+    if isinstance(stream, AsyncioStream):
+        sock = stream.transport.get_extra_info("socket")
+    else:
+        sock = stream.extra(SocketAttribute.raw_socket, None)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
+
+
+_LINGER_ZERO = struct.pack("ii", 1, 0)
+
+
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -197,7 +214,7 @@ async def connect(host: str, port: int) -> ByteStream:
     except socket.gaierror:
         raise
     except OSError as exc:
-        # What anyio.connect_tcp says, so the client's 502 reads the same on both backends.
+        # What anyio.connect_tcp says, so failures read the same on both backends.
         raise OSError("All connection attempts failed") from exc
     return stream
 

@@ -23,7 +23,7 @@ request; it never awaits and never reads a body itself:
 The shells do only what differs: ``async for`` or ``for``, ``await`` or not, and the
 stream classes that wrap bodies (two small pairs over :class:`Tally`). Errors of the
 inner transport reach the caller unchanged (they are the tool's own httpx errors); the
-flow then records no status.
+flow then records no status, and the error (``error``).
 """
 
 from __future__ import annotations
@@ -149,6 +149,14 @@ class Exchange:
     def close(self) -> None:
         close_flow(self.flow, self.sink)
 
+    def failed(self, exc: BaseException) -> None:
+        """The inner transport raised ``exc`` (the tool sees it as is): the flow records
+        why no response came, and closes."""
+        if isinstance(exc, Exception):
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.flow.error = text[:300]
+        close_flow(self.flow, self.sink)
+
 
 class Tally:
     """What a response body updates as it streams through: the flow's byte count and a
@@ -266,8 +274,8 @@ class EgressTransport(httpx.AsyncBaseTransport):
             outgoing = ex.resend(_AsyncRequestBody(cast(httpx.AsyncByteStream, request.stream), ex))
         try:
             response = await self._inner.handle_async_request(outgoing)
-        except BaseException:
-            ex.close()
+        except BaseException as exc:
+            ex.failed(exc)
             raise
         tally = ex.answered(response)
         if tally is not None:
@@ -356,8 +364,8 @@ class SyncEgressTransport(httpx.BaseTransport):
             outgoing = ex.resend(_SyncRequestBody(cast(httpx.SyncByteStream, request.stream), ex))
         try:
             response = self._inner.handle_request(outgoing)
-        except BaseException:
-            ex.close()
+        except BaseException as exc:
+            ex.failed(exc)
             raise
         tally = ex.answered(response)
         if tally is not None:

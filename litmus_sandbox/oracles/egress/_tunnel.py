@@ -7,7 +7,8 @@ tunnel cannot be stubbed without decrypting it) it is answered 403 and recorded 
 ``deny``. Allowed, the proxy connects, answers ``200 Connection established`` (h11 then
 hands the connection over: :attr:`~._downstream.Downstream.trailing` holds what the
 client sent past the head) and relays bytes both ways until both sides close, counting
-each way.
+each way. A target that cannot be reached resets the client's connection (closes it, on
+a timeout), as without the proxy, and the flow records why (``error``).
 
 The client's first flight is held until the TLS ClientHello in it is whole: its SNI
 server name (read by :func:`~._http_wire.parse_sni`, never decrypted) is recorded, and
@@ -27,7 +28,7 @@ from anyio.abc import ByteStream, TaskGroup
 from litmus_sandbox._config.egress import EgressPolicy, denied_body
 from litmus_sandbox.oracles.egress._downstream import CHUNK, Downstream
 from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink, close_flow
-from litmus_sandbox.oracles.egress._http_wire import parse_sni, split_authority
+from litmus_sandbox.oracles.egress._http_wire import Abort, Reset, parse_sni, split_authority
 from litmus_sandbox.oracles.egress._upstream import CONNECTION_LOST, connect, unreachable
 
 #: What ends a tunnel when either side raises it.
@@ -67,10 +68,9 @@ async def tunnel(
         try:
             upstream = await connect(host, port, connect_timeout)
         except (OSError, TimeoutError) as exc:
-            flow.status = 502
-            reason = unreachable(exc)
-            await down.respond(502, f"litmus-sandbox: cannot reach {target}: {reason}\n".encode())
-            return
+            # As without the proxy: the connection reset (refused) or closed (timed out).
+            flow.error = unreachable(exc)
+            raise (Abort() if isinstance(exc, TimeoutError) else Reset()) from None
         async with upstream:
             await down.send(down.frame(_ESTABLISHED))
             flow.status = 200

@@ -19,6 +19,8 @@ ends the message; a Content-Length or chunked body cut short is :class:`Upstream
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import cast
 
 import anyio
@@ -50,8 +52,19 @@ async def connect(host: str, port: int, within: float) -> ByteStream:
 
 
 def unreachable(exc: OSError | TimeoutError) -> str:
-    """Why a connection failed, in a few words."""
-    return "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+    """Why a connection failed, in a few words: ``Connection refused``, ``timed out``, ``Name
+    or service not known``... (the system's words for the first error with a number, down
+    the chain of causes: anyio says only "All connection attempts failed")."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror) and seen.strerror:
+            return seen.strerror
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno)
+        seen = seen.__cause__
+    return exc.strerror or str(exc)
 
 
 class Upstream:
