@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
+import ipaddress
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -18,12 +20,68 @@ from litmus_sandbox._config.explain import config_error
 from litmus_sandbox._model.errors import ConfigError
 
 
+@functools.lru_cache(maxsize=4096)  # tools ask the same few hosts again and again
 def normalize_host(host: str) -> str:
-    """Lower case, without IPv6 brackets or a trailing dot: the form rules are matched on."""
+    """The one spelling of ``host`` that rules are matched on, so that a rule on an address
+    holds however a tool spells it.
+
+    Lower case, without IPv6 brackets or trailing dots; an internationalised name in its
+    ASCII (IDNA) form; an IPv4 address in any form the C resolver accepts (``2130706435``,
+    ``0x7f000003``, ``127.3``, ``0177.0.0.3``, ``127.0.0.03``) as dotted decimal; an
+    IPv6 address compressed, and an IPv4-mapped one (``::ffff:127.0.0.3``) as the IPv4
+    address it connects to.
+    """
     host = host.strip().lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    return host.rstrip(".")
+    host = host.rstrip(".")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            return host  # not a name the resolver would take either: matched as written
+    if ":" in host:
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            return host
+        mapped = address.ipv4_mapped
+        return str(mapped) if mapped is not None else str(address)
+    if host[:1].isdigit():
+        ipv4 = _inet_aton(host)
+        if ipv4 is not None:
+            return ipv4
+    return host
+
+
+def _inet_aton(text: str) -> str | None:
+    """``text`` as dotted decimal if the C resolver reads it as an IPv4 address: one to
+    four parts, each decimal, octal (leading ``0``) or hex (``0x``), the last filling the
+    bits the others left (``inet_aton(3)``); None otherwise."""
+    parts = text.split(".")
+    if len(parts) > 4:
+        return None
+    values: list[int] = []
+    for part in parts:
+        if part[:2] in ("0x", "0X"):
+            digits, base = part[2:], 16
+        elif len(part) > 1 and part[0] == "0":
+            digits, base = part[1:], 8
+        else:
+            digits, base = part, 10
+        if not digits or not digits.isalnum():  # int() would also take "_" and spaces
+            return None
+        try:
+            values.append(int(digits, base))
+        except ValueError:
+            return None
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    number = last
+    for i, v in enumerate(head):
+        number |= v << (8 * (3 - i))
+    return str(ipaddress.IPv4Address(number))
 
 
 EgressMode = Literal["allow", "deny", "stub"]
@@ -141,7 +199,9 @@ class EgressPolicy:
                 raise ConfigError(f"{where}: pass the default as default=, not as a rule")
             rule = _coerce(value, source, key)
             host, port = split_host_port(key)
-            host = normalize_host(host)
+            # A glob is matched on the spelling of hosts; an exact host is one, however
+            # the rule spells it.
+            host = host.strip().lower() if any(c in host for c in "*?[") else normalize_host(host)
             if not host or not set(host) <= _PATTERN_CHARS:
                 raise ConfigError(f"{where}: not a host name, address or glob")
             self._written[key] = rule
