@@ -32,6 +32,9 @@ to tool calls, and how it copes with concurrency:
    ``finish`` as unattributed.
 3. A flow still open when its call ends (a response the tool left unread, a tunnel whose
    close the proxy has not seen yet) is reported with the bytes counted so far.
+
+Each event says how it was tied to its call (``attribution``): ``context`` (it carried
+the call's id), ``window`` (by time), ``none`` (reported by ``finish``).
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ import time
 from typing import Any
 
 import httpx
+import msgspec
 
 from litmus_sandbox._config.egress import EgressPolicy
 from litmus_sandbox._model.errors import ConfigError
-from litmus_sandbox._model.records import Effects
+from litmus_sandbox._model.records import Attribution, Effects, EgressEvent
 from litmus_sandbox.oracles.egress._flow import EgressFlow, current_call
 from litmus_sandbox.oracles.egress._replay import HttpCassette, HttpRecorder, Replaying
 from litmus_sandbox.oracles.egress._transport import EgressTransport, SyncEgressTransport
@@ -200,7 +204,12 @@ class EgressProbe:
                 (mine if self._belongs(flow, call_id, window) else rest).append(flow)
             self._flows = rest
         mine.sort(key=lambda f: f.started)
-        return Effects(egress=tuple(f.event() for f in mine))
+        # The request carried the call's id (in process), or started in its window alone.
+        return Effects(
+            egress=tuple(
+                _tied(f.event(), "context" if f.call_id is not None else "window") for f in mine
+            )
+        )
 
     def _claimable(self, flow: EgressFlow) -> bool:
         """Whether a call still in flight may yet claim ``flow`` (caller holds the lock)."""
@@ -227,7 +236,7 @@ class EgressProbe:
                 (kept if self._claimable(flow) else flows).append(flow)
             self._flows = kept
         flows.sort(key=lambda f: f.started)
-        return Effects(egress=tuple(f.event() for f in flows))
+        return Effects(egress=tuple(_tied(f.event(), "none") for f in flows))
 
     async def close(self) -> None:
         with self._lock:
@@ -236,3 +245,7 @@ class EgressProbe:
         self._tokens.clear()
         if self.record is not None:
             self.record.close()
+
+
+def _tied(event: EgressEvent, how: Attribution) -> EgressEvent:
+    return msgspec.structs.replace(event, attribution=how)
