@@ -103,15 +103,18 @@ async def test_the_whole_tree_is_killed_at_the_time_limit(tmp_path: Path) -> Non
     assert not any(alive(pid) for pid in killed.values())
 
 
+# The peak is VmHWM (this process's own memory, new at exec), not getrusage's ru_maxrss,
+# which an exec keeps: it would count the test runner that started the driver.
 _DRIVER = """
-import anyio, json, resource, sys
+import anyio, json, sys
 from litmus_sandbox import Sandbox
 async def main():
     sb = Sandbox(root=sys.argv[1] + "/root", episodes=sys.argv[1] + "/eps.jsonl",
                  probes=(), egress=False, max_result_bytes=1000)
     async with sb, sb.episode("loud") as ep:
         r = await ep.run([sys.executable, "-c", sys.argv[2]])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as f:
+        peak = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
     print(json.dumps({"peak": peak, "text": r.text}))
 anyio.run(main)
 """
@@ -134,7 +137,7 @@ def test_output_is_bounded_by_the_cap_whatever_the_tool_prints(tmp_path: Path) -
     assert step.shown.structured["stdout_bytes"] == 300 * mib
     assert step.shown.structured["stdout_sha256"] == hashlib.sha256(b"x" * 300 * mib).hexdigest()
     assert out["text"] == "x" * 1000
-    assert out["peak"] < 150 * mib
+    assert out["peak"] < 120 * mib  # about 45 MiB here, whatever the output's size
 
 
 @needs_evidence
