@@ -15,6 +15,8 @@ with :func:`read_document`, so each checks every table the same way: a misspelt
    error can name the key (msgspec's paths do not name dict keys).
 4. A failure is one :class:`ConfigError` line naming the file, the table and the key, with
    the near miss when there is one (``litmus_sandbox._config.explain``).
+5. A document that carries a secret-shaped literal anywhere is refused
+   (``litmus_sandbox._config.secrets``): secrets come from the environment.
 
 A mapping (a document built in code, a policy record being rebuilt) goes through the same
 :func:`decode_document`.
@@ -37,6 +39,7 @@ from litmus_sandbox._config.scoring import (
     RefusalConfig,
     RulesJudgeConfig,
 )
+from litmus_sandbox._config.secrets import refuse_secret_literals
 from litmus_sandbox._config.tools import ModeEntry, RealEntry, mode_entry, replay_table
 from litmus_sandbox._core.replay_match import ReplayOptions
 from litmus_sandbox._core.scoring import ScoringPolicy
@@ -131,6 +134,8 @@ def decode_document(
     egress = data.get("egress")
     if egress is not None:
         EgressPolicy.from_mapping(egress, source=source)  # checked here, applied by the sandbox
+    # Last: a table's own error (it may say more) comes first, and never echoes a value.
+    refuse_secret_literals(data, source=source)
     return PolicyDocument(
         source=source,
         base_dir=base_dir,
