@@ -89,7 +89,17 @@ def test_the_fallback_judge_is_built_too() -> None:
         ("X-Auth-Token", True),
         ("clientSecret", True),
         ("github_token", True),
+        # Names that were written verbatim before: secrets wherever the word is.
+        ("apiKeys", True),
+        ("private_key_pem", True),
+        ("api_key_value", True),
+        ("auth_header", True),
+        ("signing_secret_b64", True),
+        ("jwt", True),
+        ("session", True),
+        ("dsn", True),
         ("max_tokens", False),
+        ("session_timeout", False),
         ("token_limit", False),
         ("sort_key", False),
         ("pass_threshold", False),
@@ -105,6 +115,23 @@ def test_redact_keeps_the_shape_and_drops_secrets_and_url_passwords() -> None:
         "api_key": "<redacted>",
         "urls": ["https://u:<redacted>@h/x", "http://h:80?a=b@c"],
         "n": 1,
+    }
+
+
+def test_redact_drops_secrets_written_inside_text() -> None:
+    """A token in a URL's query, a connection string's password, a credential header
+    written in a list: redacted, whatever the parameter is called."""
+    got = redact(
+        {
+            "endpoint": "https://h/v1?api_key=abc&page=2",
+            "conn": "host=db user=app password=hunter2 dbname=x",
+            "headers": ["Accept: */*", "Authorization: Bearer abc"],
+        }
+    )
+    assert got == {
+        "endpoint": "https://h/v1?api_key=<redacted>&page=2",
+        "conn": "host=db user=app password=<redacted> dbname=x",
+        "headers": ["Accept: */*", "Authorization: <redacted>"],
     }
 
 
