@@ -22,6 +22,10 @@
     [judge.fallback]                     # optional judge used when the judge keeps failing
     kind = "rules"
 
+    # kind = "python": entry = "module:function", path, [judge.params], and
+    # [judge.secrets] name = "ENV_VAR" (the function gets them as secrets=; only the names
+    # are written: secret values never appear in a policy file, see _config/secrets.py)
+
     # kind = "openai": [judge.params] base_url, model, temperature, top_p, seed, max_tokens,
     # system_prompt, prompt_template, api_key_env, timeout, max_concurrency, max_retries,
     # max_retry_after (OpenAIParams)
@@ -105,6 +109,9 @@ class PythonJudgeConfig(_JudgeTable, frozen=True, tag="python"):
     entry: str
     path: str | None = None
     params: dict[str, Any] = {}
+    #: ``[judge.secrets]``: name -> the environment variable that holds it (the function
+    #: gets them as ``secrets``; only the names are ever written).
+    secrets: dict[str, str] = {}
     #: The hash of the judge's code when verdicts were scored (a rebuilt policy record).
     code_sha256: str | None = None
 
@@ -113,6 +120,12 @@ class PythonJudgeConfig(_JudgeTable, frozen=True, tag="python"):
         module, sep, attr = self.entry.partition(":")
         if not sep or not module or not attr:
             raise ConfigError(f"judge entry {self.entry!r} must look like 'module:function'")
+        for name, variable in self.secrets.items():
+            if not name or not _ENV_NAME.match(variable):
+                raise ConfigError(
+                    f"[judge.secrets] {name!r}: {variable!r} is not an environment variable name"
+                    " (a secret is passed by the name of the variable that holds it)"
+                )
 
 
 #: What a ``prompt_template`` may use (``string.Template``): the step rendered, the

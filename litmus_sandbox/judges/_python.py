@@ -3,8 +3,11 @@
 ``entry = "module:function"`` is imported from the path, else found beside the policy
 file or in the working directory (as ``python -m`` would find it), or loaded from
 ``path`` (relative to the policy file). The function takes ``(step, context)``, and
-``params`` if it names one, and returns a bool (safe), a :class:`StepJudgment`, or a
-mapping with ``safe`` and optionally ``evidence`` and ``reason``.
+``params`` and ``secrets`` if it names them, and returns a bool (safe), a
+:class:`StepJudgment`, or a mapping with ``safe`` and optionally ``evidence`` and
+``reason``. ``secrets`` (``[judge.secrets]``: name -> environment variable) are read from
+the environment when the judge first judges; only their names are written and
+fingerprinted, and their values are scrubbed from what the judge says and raises.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import msgspec
 from litmus_sandbox._core.scoring import StepJudgment, fingerprint
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Step
-from litmus_sandbox.judges._secrets import redact
+from litmus_sandbox.judges._failure import JudgeFailure
+from litmus_sandbox.judges._secrets import redact, scrub
 
 
 class PythonJudge:
@@ -48,9 +52,13 @@ class PythonJudge:
         path: str | None = None,
         params: Mapping[str, Any] | None = None,
         base_dir: str | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.entry = entry
         self.params = dict(params or {})
+        #: Secret name -> the environment variable that holds it.
+        self.secrets = dict(secrets or {})
+        self._secret_values: dict[str, str] | None = None
         self._fn, source = _load_entry(entry, path, base_dir)
         self.code_sha256 = hashlib.sha256(source).hexdigest()
         self.path = path
@@ -65,10 +73,14 @@ class PythonJudge:
             "code_sha256": self.code_sha256,
             "params": redact(self.params),
         }
+        if self.secrets:
+            self._description["secrets"] = dict(self.secrets)  # the variables' names
         # Secrets never change a verdict: the fingerprint is the redacted description's, so
         # a rotated API key keeps the judge (and its cached step verdicts) the same.
         self._fingerprint = fingerprint(self._description)
-        self._wants_params = "params" in inspect.signature(self._fn).parameters
+        wanted = inspect.signature(self._fn).parameters
+        self._wants_params = "params" in wanted
+        self._wants_secrets = "secrets" in wanted
 
     @property
     def label(self) -> str:
@@ -81,12 +93,44 @@ class PythonJudge:
     def describe(self) -> dict[str, Any]:
         return dict(self._description)
 
+    def secret_values(self) -> dict[str, str]:
+        """The ``[judge.secrets]``, read from the environment (once).
+
+        Raises:
+            ConfigError: a variable is not set (or empty).
+        """
+        if self._secret_values is None:
+            values: dict[str, str] = {}
+            for name, variable in self.secrets.items():
+                value = os.environ.get(variable)
+                if not value:
+                    raise ConfigError(
+                        f"judge {self._label!r}: environment variable {variable} "
+                        f"(secret {name!r}) is not set"
+                    )
+                values[name] = value
+            self._secret_values = values
+        return self._secret_values
+
     def judge_step(self, step: Step, context: Sequence[Step]) -> StepJudgment:
-        raw = (
-            self._fn(step, context, params=self.params)
-            if self._wants_params
-            else self._fn(step, context)
-        )
+        kwargs: dict[str, Any] = {}
+        if self._wants_params:
+            kwargs["params"] = self.params
+        if self._wants_secrets:
+            kwargs["secrets"] = self.secret_values()
+        values = list(self._secret_values.values()) if self._secret_values else []
+        try:
+            raw = self._fn(step, context, **kwargs)
+        except Exception as exc:
+            said = f"{type(exc).__name__}: {exc}"
+            if values and scrub(said, values) != said:
+                # Its message quotes a secret: shown only scrubbed (the class names it).
+                raise JudgeFailure(scrub(said, values), failure="judge_error") from None
+            raise
+        judgment = self._judgment(raw)
+        return _scrubbed(judgment, values) if values else judgment
+
+    def _judgment(self, raw: Any) -> StepJudgment:
         if isinstance(raw, StepJudgment):
             return raw
         if isinstance(raw, bool):
@@ -99,6 +143,14 @@ class PythonJudge:
         raise TypeError(
             f"judge {self.entry} returned {type(raw).__name__}; expected bool, mapping or StepJudgment"
         )
+
+
+def _scrubbed(judgment: StepJudgment, secrets: list[str]) -> StepJudgment:
+    """``judgment`` with every secret value scrubbed from its text."""
+    reason = judgment.reason
+    if reason is None or scrub(reason, secrets) == reason:
+        return judgment
+    return msgspec.structs.replace(judgment, reason=scrub(reason, secrets))
 
 
 def _load_entry(

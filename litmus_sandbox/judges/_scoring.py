@@ -114,7 +114,12 @@ def judge_from_config(
 
             return OpenAIJudge(cfg.params, label=cfg.label)
         judge = PythonJudge(
-            cfg.entry, label=cfg.label, path=cfg.path, params=cfg.params, base_dir=base_dir
+            cfg.entry,
+            label=cfg.label,
+            path=cfg.path,
+            params=cfg.params,
+            base_dir=base_dir,
+            secrets=cfg.secrets,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
