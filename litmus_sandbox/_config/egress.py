@@ -2,7 +2,9 @@
 
 Rules are keyed by host (exact, or a glob) with an optional port; precedence is exact host
 with port, exact host, globs in the order written, then the default. The ``[egress]`` table
-of the policy file builds one with :meth:`EgressPolicy.from_mapping`.
+of the policy file builds one with :meth:`EgressPolicy.from_mapping`; besides ``default``,
+its ``redact_query_params`` (a list) replaces the query parameters whose values recorded
+egress never keeps (``_config/secrets.py``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import difflib
 import fnmatch
 import functools
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
 from litmus_sandbox._config.explain import config_error
+from litmus_sandbox._config.secrets import SECRET_QUERY_PARAMS, redact_url
 from litmus_sandbox._model.errors import ConfigError
 
 
@@ -183,7 +186,14 @@ class EgressPolicy:
         *,
         default: str = "allow",
         source: str = "policy",
+        redact_query_params: Sequence[str] | None = None,
     ) -> None:
+        #: Query parameters whose values recorded egress never keeps (``_config/secrets``).
+        self.redact_query_params: tuple[str, ...] = (
+            SECRET_QUERY_PARAMS if redact_query_params is None else tuple(redact_query_params)
+        )
+        if any(not isinstance(n, str) or not n for n in self.redact_query_params):
+            raise ConfigError(f"{source}: [egress] redact_query_params must be names (strings)")
         if default not in ("allow", "deny"):
             raise ConfigError(
                 f"{source}: [egress] default must be 'allow' or 'deny', not {default!r}"
@@ -222,13 +232,17 @@ class EgressPolicy:
         default = rules.pop("default", "allow")
         if not isinstance(default, str):
             raise ConfigError(f"{source}: [egress] default must be 'allow' or 'deny'")
+        # No host is spelt with "_": the key cannot be a rule.
+        redacted = rules.pop("redact_query_params", None)
+        if redacted is not None and not isinstance(redacted, list | tuple):
+            raise ConfigError(f"{source}: [egress] redact_query_params must be a list of names")
         for key in rules:
             if difflib.get_close_matches(key.lower(), ["default"], n=1, cutoff=0.75):
                 raise ConfigError(
                     f"{source}: [egress] unknown key {key!r}: did you mean 'default'? "
                     '(host rules look like "*.example.com" = "allow")'
                 )
-        return cls(rules, default=default, source=source)
+        return cls(rules, default=default, source=source, redact_query_params=redacted)
 
     def decide(self, host: str, port: int | None = None) -> EgressRule:
         """The rule in force for ``host`` at ``port`` (see the class docstring for precedence)."""
@@ -245,12 +259,22 @@ class EgressPolicy:
                 return rule
         return self.default
 
+    def redact_target(self, target: str) -> str:
+        """``target`` (a path with its query, or a URL) as recorded egress keeps it: no
+        user information, no value of a token-like query parameter."""
+        if "?" not in target and "@" not in target:
+            return target
+        return redact_url(target, self.redact_query_params)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for the episode header (what the probe enforced)."""
-        return {
+        out: dict[str, Any] = {
             "default": self.default.mode,
             "rules": {key: msgspec.to_builtins(rule) for key, rule in self._written.items()},
         }
+        if self.redact_query_params != SECRET_QUERY_PARAMS:
+            out["redact_query_params"] = list(self.redact_query_params)
+        return out
 
 
 def denied_body(host: str, port: int | None) -> bytes:

@@ -97,7 +97,7 @@ class HttpRelay:
             scheme="http",
             host=host,
             port=port,
-            path=path,
+            path=self.policy.redact_target(path),  # recorded without its tokens
             decision=rule.mode,
         )
         sink = self.sink

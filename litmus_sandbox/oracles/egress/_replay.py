@@ -3,8 +3,9 @@
 An :class:`~litmus_sandbox.EgressEvent` keeps no bodies, so replaying egress needs an
 opt-in *egress cassette*: a JSON Lines file of :class:`HttpExchange` records (``kind:
 "http"``), one per response an :class:`~litmus_sandbox.oracles.egress.EgressTransport`
-forwarded while it had a recorder (``record=``). Each record holds the method, the full
-URL, the status, the response headers (hop-by-hop ones dropped) and the body exactly as
+forwarded while it had a recorder (``record=``). Each record holds the method, the URL
+(no user information, token-like query values redacted), the status, the response
+headers (hop-by-hop ones dropped, credential headers' values redacted) and the body as
 the transport passed it on (still content-encoded if the server encoded it, so a client
 decodes a replay as it decoded the original): UTF-8 text in ``body``, other bytes in
 ``body_b64``. A body over ``max_body_bytes``, or one the tool did not read to its end,
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from litmus_sandbox._config.secrets import redact_headers, redact_url
 from litmus_sandbox._model.codec import cut_short
 from litmus_sandbox._model.errors import ConfigError, NewerVersionError, RecordDecodeError
 from litmus_sandbox._model.records import SCHEMA_VERSION
@@ -104,6 +106,12 @@ class HttpExchange(msgspec.Struct, frozen=True, kw_only=True, tag="http", tag_fi
 _decoder = msgspec.json.Decoder(HttpExchange)
 
 
+def _key(method: str, url: str) -> tuple[str, str]:
+    """What a recording is served by: the method, and the URL as recorded (its secrets
+    redacted, whether the cassette was written before that was done or after)."""
+    return method.upper(), redact_url(url)
+
+
 def _checked(ex: HttpExchange, path: str, lineno: int) -> HttpExchange:
     if not 1 <= ex.v <= SCHEMA_VERSION:
         cls = NewerVersionError if ex.v > SCHEMA_VERSION else RecordDecodeError
@@ -131,8 +139,8 @@ class HttpCassette:
         self._queues: dict[tuple[str, str], deque[HttpExchange]] = defaultdict(deque)
         for ex in exchanges:
             if not ex.truncated:
-                self._queues[(ex.method.upper(), ex.url)].append(ex)
-        self._fixed = {(ex.method.upper(), ex.url): ex for ex in fixed}
+                self._queues[_key(ex.method, ex.url)].append(ex)
+        self._fixed = {_key(ex.method, ex.url): ex for ex in fixed}
         #: What reading the files tolerated (a torn last line), also issued as warnings.
         self.warnings: list[ReadWarning] = []
 
@@ -206,7 +214,7 @@ class HttpCassette:
 
     def take(self, method: str, url: str) -> HttpExchange | None:
         """The response for this request, or None (a miss)."""
-        key = (method.upper(), url)
+        key = _key(method, url)
         with self._lock:
             queue = self._queues.get(key)
             if queue:
@@ -262,9 +270,11 @@ class Tap:
     ) -> None:
         self._recorder = recorder
         self._method = request.method
-        self._url = str(request.url)
+        # Recorded without secrets (a cassette is a file like any other): no user
+        # information or token values in the URL, no credential header's value.
+        self._url = redact_url(str(request.url))
         self._status = response.status_code
-        self._headers = list(response.headers.multi_items())
+        self._headers = list(redact_headers(response.headers.multi_items()))
         self._chunks: list[bytes] = []
         self._size = 0
         self.complete = False

@@ -71,7 +71,7 @@ class Exchange:
             scheme=scheme,
             host=url.host,
             port=port,
-            path=url.raw_path.decode("ascii", "replace"),
+            path=policy.redact_target(url.raw_path.decode("ascii", "replace")),
             decision=self.rule.mode,
             call_id=current_call.get(),
         )
