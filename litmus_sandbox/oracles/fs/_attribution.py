@@ -5,7 +5,7 @@ Theory of operation
 The snapshots see every change, whoever made it. Inside the sandbox root, which only the
 run writes, a change seen during a call's window is the call's (``window``, as always;
 calls that overlapped are told apart by the sandbox's ledger). Outside the root, a change
-lands on a call only with evidence that the call made it (``oracles/_audit.py``): the
+lands on a call only with evidence that the call made it (``oracles/_evidence.py``): the
 call's own audit events (``audit``) or its process tree's report (``process``). A change
 outside the root that no evidence ties to the call is ``none`` (the sandbox records it as
 unattributed, naming the call in flight ``during``), except for a call part of which ran
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from litmus_sandbox._model.records import Attribution, FsEffect
-from litmus_sandbox.oracles._audit import Evidence, Touch
+from litmus_sandbox.oracles._evidence import Evidence, Touch
 from litmus_sandbox.oracles.fs._diff import display_path, effects_for
 from litmus_sandbox.oracles.fs._entry import Entry, Snapshot, path_depth
 from litmus_sandbox.oracles.fs._read import EntryReader
