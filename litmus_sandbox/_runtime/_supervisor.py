@@ -1,6 +1,9 @@
 """The supervisor of one subprocess tool (``ep.run``), a script run on its own::
 
     python -I -S _supervisor.py CONTROL_FD ROOT [--pidns] [--watch PATH]... -- CMD...
+    python -I -S _supervisor.py --zygote CONTROL_FD
+
+(the second form starts one supervisor per request by forking itself: see :func:`zygote`).
 
 Theory of operation
 -------------------
@@ -32,11 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import json
 import os
 import select
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -47,6 +52,7 @@ _FANOTIFY = os.path.join(
 )
 
 
+@functools.cache
 def _load_fanotify() -> Any:
     spec = importlib.util.spec_from_file_location("_litmus_fanotify", _FANOTIFY)
     if spec is None or spec.loader is None:
@@ -106,7 +112,7 @@ def _descendants(top: int) -> list[tuple[int, str]]:
 class Supervisor:
     """The init (or subreaper) side: runs the tool, watches, reports, kills."""
 
-    def __init__(self, control: int, root: str, pidns: bool, watch: list[str]) -> None:
+    def __init__(self, control: int, root: str, pidns: bool, watch: list[str], outer: int) -> None:
         self.control = control
         self.root = root.rstrip("/") + "/"
         self.pidns = pidns
@@ -118,7 +124,13 @@ class Supervisor:
                 self.watcher, why = _load_fanotify().open_watcher(watch)
             except Exception as exc:  # a surprise here means no evidence, not no tool
                 why = f"fanotify unavailable: {exc!r}"
-        self.ready = {"pidns": pidns, "watching": self.watcher is not None, "why": why}
+        self.ready = {
+            "pidns": pidns,
+            "watching": self.watcher is not None,
+            "why": why,
+            # What to kill, should this supervisor stop answering (its namespace goes too).
+            "supervisor": outer,
+        }
         self.main: int | None = None
         self.status: int | None = None
 
@@ -254,13 +266,11 @@ class Supervisor:
         return pid
 
 
-def main(argv: list[str]) -> int:
-    split = argv.index("--")
-    opts, cmd = argv[:split], argv[split + 1 :]
-    control, root = int(opts[0]), opts[1]
-    watch = [opts[i + 1] for i, o in enumerate(opts) if o == "--watch"]
+def run_one(control: int, root: str, pidns: bool, watch: list[str], cmd: list[str]) -> int:
+    """Supervise ``cmd`` (this process has the tool's stdio, and ``control`` the socket)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    pidns = "--pidns" in opts and libc.unshare(_CLONE_NEWPID) == 0
+    outer = os.getpid()
+    pidns = pidns and libc.unshare(_CLONE_NEWPID) == 0
     if pidns:
         child = os.fork()
         if child:
@@ -276,8 +286,73 @@ def main(argv: list[str]) -> int:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     else:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    code = Supervisor(control, root, pidns, watch).run(cmd)
+    code = Supervisor(control, root, pidns, watch, outer).run(cmd)
     return code if code >= 0 else 128 - code
+
+
+def zygote(control: int) -> int:
+    """Start a supervisor for each request on ``control`` (a SOCK_SEQPACKET socket), by
+    forking this process: Python and its imports are paid for once per sandbox, not once
+    per tool. A request is one JSON message (``cmd``, ``cwd``, ``env``, ``root``,
+    ``pidns``, ``watch``) with four descriptors: the tool's stdin, stdout and stderr, and
+    the run's own report socket. Ends when ``control`` closes (the sandbox is gone)."""
+    with contextlib.suppress(Exception):
+        _load_fanotify()  # loaded once, before any fork
+    sock = socket.socket(fileno=control)
+    while True:
+        ready, _, _ = select.select([sock], [], [], 1.0)
+        _reap_all()
+        if not ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        except OSError:
+            return 0
+        if not data:
+            return 0
+        if os.fork() == 0:
+            sock.close()
+            code = 1
+            try:
+                code = _forked(json.loads(data), fds)
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _forked(request: dict[str, Any], fds: list[int]) -> int:
+    """In the zygote's child: take the tool's stdio and environment, then supervise."""
+    stdin, stdout, stderr, control = fds
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    try:
+        os.chdir(request["cwd"])
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.write(control, json.dumps({"spawn_error": [exc.errno or 0, str(exc)]}).encode())
+        return 127
+    return run_one(control, request["root"], request["pidns"], request["watch"], request["cmd"])
+
+
+def _reap_all() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--zygote"]:
+        return zygote(int(argv[1]))
+    split = argv.index("--")
+    opts, cmd = argv[:split], argv[split + 1 :]
+    watch = [opts[i + 1] for i, o in enumerate(opts) if o == "--watch"]
+    return run_one(int(opts[0]), opts[1], "--pidns" in opts, watch, cmd)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import anyio.abc
 
 from litmus_sandbox._model.errors import ConfigError, UpstreamError
 from litmus_sandbox._model.records import Shown
-from litmus_sandbox._runtime.supervised import SupervisedRun
+from litmus_sandbox._runtime.supervised import SupervisedRun, Zygote
 from litmus_sandbox._runtime.tool_calls import capped_text
 from litmus_sandbox.oracles import _audit as audit
 from litmus_sandbox.oracles.egress import (
@@ -107,6 +107,9 @@ class Subprocesses:
         self._runs: dict[str, list[SupervisedRun]] = {}
         self._real_root = str(root)
         self._watch: list[str] = []
+        #: Forks the supervisors (started at the first subprocess tool).
+        self._zygote: Zygote | None = None
+        self._zygote_lock = anyio.Lock()
 
     async def __aenter__(self) -> Subprocesses:
         self._real_root, self._watch = await anyio.to_thread.run_sync(_where, self.root)
@@ -120,6 +123,9 @@ class Subprocesses:
         with anyio.CancelScope(shield=True):
             for episode in list(self._runs):
                 await self.end_episode(episode)
+            zygote, self._zygote = self._zygote, None
+            if zygote is not None:
+                await zygote.close()
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
@@ -201,7 +207,7 @@ class Subprocesses:
             root=self._real_root,
             watch=self._watch if audit.collecting() else (),
         )
-        await run.start(self._tg)
+        await run.start(self._tg, await self._the_zygote())
         self._runs.setdefault(episode_id, []).append(run)
         try:
             await run.wait()
@@ -236,6 +242,19 @@ class Subprocesses:
                 "stderr_sha256": run.stderr.sha256,
             },
         )
+
+    async def _the_zygote(self) -> Zygote | None:
+        """The zygote, started at the first tool (None if it cannot start: each tool then
+        gets a supervisor process of its own)."""
+        async with self._zygote_lock:
+            if self._zygote is None:
+                zygote = Zygote()
+                try:
+                    await zygote.start()
+                except OSError:
+                    return None
+                self._zygote = zygote
+        return self._zygote
 
     def _forget(self, episode_id: str, run: SupervisedRun) -> None:
         runs = self._runs.get(episode_id)

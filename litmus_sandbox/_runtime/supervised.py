@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -140,33 +141,56 @@ class SupervisedRun:
         self._proc: anyio.abc.Process | None = None
         self._sock: socket.socket | None = None
 
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Start the supervisor; its pumps run in ``tg``."""
+    async def start(self, tg: anyio.abc.TaskGroup, zygote: Zygote | None = None) -> None:
+        """Start the supervisor (forked by ``zygote`` when there is one, else a process of
+        its own); its pumps run in ``tg``."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        options = [str(theirs.fileno()), self._root, "--pidns"]
-        for path in self._watch:
-            options += ["--watch", path]
-        command = [sys.executable, "-I", "-S", SUPERVISOR, *options, "--", *self.cmd]
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if self._input is not None:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        else:
+            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+        theirs_fds = [in_r, out_w, err_w, theirs.fileno()]
         try:
-            self._proc = await anyio.open_process(
-                command,
-                stdin=subprocess.PIPE if self._input is not None else subprocess.DEVNULL,
-                cwd=self._cwd,
-                env=self._env,
-                pass_fds=(theirs.fileno(),),
-            )
+            request = {
+                "cmd": self.cmd,
+                "cwd": self._cwd,
+                "env": self._env,
+                "root": self._root,
+                "pidns": True,
+                "watch": self._watch,
+            }
+            if zygote is None or not zygote.spawn(request, theirs_fds):
+                options = [str(theirs.fileno()), self._root, "--pidns"]
+                for path in self._watch:
+                    options += ["--watch", path]
+                self._proc = await anyio.open_process(
+                    [sys.executable, "-I", "-S", SUPERVISOR, *options, "--", *self.cmd],
+                    stdin=in_r,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=self._cwd,
+                    env=self._env,
+                    pass_fds=(theirs.fileno(),),
+                )
         except BaseException:
+            for fd in (out_r, err_r, in_w):
+                if fd >= 0:
+                    os.close(fd)
             ours.close()
             raise
         finally:
+            for fd in theirs_fds[:3]:
+                os.close(fd)
             theirs.close()
         ours.setblocking(False)
         self._sock = ours
-        tg.start_soon(self._pump, self._proc.stdout, self.stdout)
-        tg.start_soon(self._pump, self._proc.stderr, self.stderr)
+        tg.start_soon(self._pump, out_r, self.stdout)
+        tg.start_soon(self._pump, err_r, self.stderr)
         tg.start_soon(self._reports)
-        if self._input is not None and self._proc.stdin is not None:
-            tg.start_soon(self._feed, self._proc.stdin, self._input)
+        if self._input is not None and in_w >= 0:
+            tg.start_soon(self._feed, in_w, self._input)
 
     async def wait(self) -> None:
         """Until the tool's own process has exited (and its output closed, or settled).
@@ -191,8 +215,13 @@ class SupervisedRun:
             with anyio.move_on_after(KILL_WAIT_S):
                 await self._killed.wait()
                 await self.finished.wait()
-            if not self.finished.is_set() and self._proc is not None:
-                self._proc.kill()  # its namespace goes with it (the init's PDEATHSIG)
+            if not self.finished.is_set():
+                # It does not answer: kill it, and its namespace goes (the init's PDEATHSIG).
+                if self._proc is not None:
+                    self._proc.kill()
+                elif isinstance(pid := self.ready.get("supervisor"), int):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 with anyio.move_on_after(KILL_WAIT_S):
                     await self.finished.wait()
         return self.killed
@@ -204,24 +233,41 @@ class SupervisedRun:
 
     # ------------------------------------------------------------ pumps
 
-    async def _pump(self, stream: anyio.abc.ByteReceiveStream | None, out: Output) -> None:
+    async def _pump(self, fd: int, out: Output) -> None:
+        """Read one of the tool's outputs into ``out`` until it closes."""
+        os.set_blocking(fd, False)
         try:
-            if stream is None:
-                return
-            async for chunk in stream:
-                out.feed(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass
+            while True:
+                await anyio.wait_readable(fd)
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                out.feed(data)
         finally:
+            os.close(fd)
             out.closed.set()
 
-    async def _feed(self, stdin: anyio.abc.ByteSendStream, data: bytes) -> None:
+    async def _feed(self, fd: int, data: bytes) -> None:
+        """Write ``data`` to the tool's stdin, then close it (as a pipe closed early, when
+        the tool does not read it all)."""
+        os.set_blocking(fd, False)
+        view = memoryview(data)
         try:
-            await stdin.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass  # the tool did not read it all: as with a pipe closed early
+            while view:
+                await anyio.wait_writable(fd)
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    break
         finally:
-            await stdin.aclose()
+            os.close(fd)
 
     async def _reports(self) -> None:
         sock = self._sock
@@ -283,3 +329,55 @@ class SupervisedRun:
             # OSError(errno, ...) is the subclass of that errno (FileNotFoundError...).
             self.spawn_error = OSError(err, message, self.cmd[0])
             self.exited.set()
+
+
+class Zygote:
+    """The sandbox's one supervisor that forks the others (``_supervisor.zygote``): Python
+    and its imports are paid for once per sandbox, not once per tool. Started at the first
+    subprocess tool; a request it cannot take (it is gone, a message too large) falls back
+    to a supervisor process of its own."""
+
+    def __init__(self) -> None:
+        self._proc: anyio.abc.Process | None = None
+        self._sock: socket.socket | None = None
+
+    async def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = await anyio.open_process(
+                [sys.executable, "-I", "-S", SUPERVISOR, "--zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+
+    def spawn(self, request: dict[str, Any], fds: list[int]) -> bool:
+        """Ask for a supervisor with the tool's stdio and report socket; whether it took it."""
+        if self._sock is None:
+            return False
+        try:
+            socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+        except OSError:  # gone, or a message larger than the socket takes
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Let it go (its supervisors run on with their own sockets) and reap it."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(KILL_WAIT_S):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()

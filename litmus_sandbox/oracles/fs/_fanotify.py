@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -59,7 +58,9 @@ def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols (libc among them): find_library would run ldconfig,
+        # a subprocess, at every start of a supervisor.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
         libc.fanotify_mark.argtypes = [
             ctypes.c_int,
