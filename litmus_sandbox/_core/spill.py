@@ -13,7 +13,8 @@ append-only stores of JSON lines that something else keeps (temporary files,
    verdicts are gathered and the case gets its place in gate order: the sequence number
    of the baseline's first verdict of the case, or, for a case only the candidate has,
    the baseline's length plus the candidate's first one. The cases are written to
-   *ranges* of places (as many as partitions), so each range holds a fraction too.
+   *ranges* of places (as many over the baseline's places as there are partitions, and as
+   many over the candidate-only ones), so each range holds a fraction too.
 3. **Order.** One range at a time, its cases are sorted by place and decoded, so the
    cases come out in gate order, exactly as the in-memory join gives them.
 
@@ -83,8 +84,8 @@ class PartitionedJoin:
     """A join through ``buckets``: :meth:`add` each side's verdicts (baseline first, side
     0, then the candidate, side 1), then take :meth:`chunks` once.
 
-    Buckets ``0 .. 3n-1`` are used: the baseline's partitions, the candidate's, the
-    ranges of places.
+    Buckets ``0 .. 4n-1`` are used: the baseline's partitions, the candidate's, the
+    ranges of places (``2n``).
     """
 
     def __init__(self, buckets: Buckets, partitions: int) -> None:
@@ -130,10 +131,9 @@ class PartitionedJoin:
         n = self._n
         for p in range(2 * n):
             self._flush(p)
-        width = (self._seq[0] + self._seq[1]) // n + 1
         for p in range(n):
-            self._group(p, width)
-        for r in range(n):
+            self._group(p)
+        for r in range(2 * n):
             cases: list[_Ranged] = []
             for block in self._buckets.read(2 * n + r):
                 cases.extend(_ranged.decode_lines(block))
@@ -142,7 +142,15 @@ class PartitionedJoin:
             for i in range(0, len(cases), size):
                 yield _decoded(cases[i : i + size])
 
-    def _group(self, p: int, width: int) -> None:
+    def _range(self, place: int) -> int:
+        """The range of ``place``: ``n`` ranges over the baseline's places, then ``n``
+        over the places of the cases only the candidate has (sparse, past them all)."""
+        n, b_count = self._n, self._seq[0]
+        if place < b_count:
+            return place // (b_count // n + 1)
+        return n + (place - b_count) // (self._seq[1] // n + 1)
+
+    def _group(self, p: int) -> None:
         """Gather partition ``p``'s cases and write each to its range of places."""
         buckets, n = self._buckets, self._n
         groups: dict[str, _Ranged] = {}
@@ -165,9 +173,10 @@ class PartitionedJoin:
                     group[5].append(raw)
         buckets.drop(p)
         buckets.drop(n + p)
-        ranges: list[list[_Ranged]] = [[] for _ in range(n)]
+        ranges: list[list[_Ranged]] = [[] for _ in range(2 * n)]
+        where = self._range
         for case in groups.values():
-            ranges[case[0] // width].append(case)
+            ranges[where(case[0])].append(case)
         del groups
         for r, cases in enumerate(ranges):
             if cases:

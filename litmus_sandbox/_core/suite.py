@@ -191,10 +191,10 @@ def _budgeted_join(
         else:
             yield from chunked(*memory_join(sides[0], sides[1]))
             return
-    # Each partition should hold a fraction of the budget once grouped; with no idea of
-    # the input's size, enough partitions for a suite some 16 times the budget.
+    # Each partition (and range) should hold an eighth of the budget once grouped; with
+    # no idea of the input's size, enough partitions for a suite some 16 times it.
     estimate = int(size_hint * _DECODED_PER_FILE_BYTE) if size_hint else 16 * budget
-    partitions = min(512, max(16, math.ceil(4 * estimate / budget)))
+    partitions = min(512, max(16, math.ceil(8 * estimate / budget)))
     join = PartitionedJoin(buckets, partitions)
     for side in (0, 1):
         join.add(side, sides[side])
