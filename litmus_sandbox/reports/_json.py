@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._core.gate import CaseResult, step_diff
-from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._core.suite import GateReport, GateSummary, PlanEntry, RebaselinePlan
 from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
 from litmus_sandbox.reports._shared import Writer, ordered_cases, rank, render, side_summary
 
@@ -89,6 +89,7 @@ def _summary_dict(
     allow_empty: bool,
     warnings: Sequence[str],
     cases: list[dict[str, Any]] | None,
+    plan: bool = True,
 ) -> dict[str, Any]:
     flags = {
         "allow_unresolved": allow_unresolved,
@@ -105,7 +106,13 @@ def _summary_dict(
     out.update(
         statistics=msgspec.to_builtins(summary.statistics),
         reasons=dict(summary.reasons),
-        rebaseline_plan=msgspec.to_builtins(summary.rebaseline_plan),
+        rebaseline_plan=msgspec.to_builtins(
+            summary.rebaseline_plan
+            if plan
+            else msgspec.structs.replace(
+                summary.rebaseline_plan, rescore=(), rerun_baseline=(), rerun_candidate=()
+            )
+        ),
         unknown_exclusions=list(summary.unknown_exclusions),
         warnings=list(warnings),
     )
@@ -132,6 +139,9 @@ def to_dict(
 
 
 _ITEMS_FROM, _ITEMS_TO = len(b'{\n  "x": [\n'), -len(b"\n  ]\n}")
+_PLAN_FROM, _PLAN_TO = len(b'{\n  "x": {\n    "y": [\n'), -len(b"\n    ]\n  }\n}")
+#: Plan entries encoded at a time.
+_PART = 8192
 
 
 class JsonWriter(Writer):
@@ -151,15 +161,29 @@ class JsonWriter(Writer):
             self.spool.write(r, whole[_ITEMS_FROM:_ITEMS_TO] + b",\n")
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
-        skeleton = _summary_dict(summary, **self.flags, warnings=warnings, cases=[])
-        whole = msgspec.json.format(_encoder.encode(skeleton), indent=2)
-        head, tail = whole.split(b'"cases": []', 1)
+        skeleton = _summary_dict(summary, **self.flags, warnings=warnings, cases=[], plan=False)
+        rest = msgspec.json.format(_encoder.encode(skeleton), indent=2)
+        # The lists that can be as long as the suite are written into their places in
+        # the skeleton, a part at a time: the cases, then the re-baseline plan's lists.
+        head, rest = rest.split(b'"cases": []', 1)
         self.out.write(head + b'"cases": [')
         if self.cases:
             self.out.write(b"\n")
             self.copy_ranks(trim=2)  # the last case's ",\n"
             self.out.write(b"\n  ")
-        self.out.write(b"]" + tail + b"\n")
+        self.out.write(b"]")
+        plan = summary.rebaseline_plan
+        for name, entries in _plan_lists(plan):
+            head, rest = rest.split(b'"%s": []' % name, 1)
+            self.out.write(head + b'"%s": [' % name)
+            for i in range(0, len(entries), _PART):
+                # Items three levels down, as in {"x": {"y": [...]}}, less that wrapper.
+                part = _encoder.encode(entries[i : i + _PART])
+                whole = msgspec.json.format(b'{"x":{"y":' + part + b"}}", indent=2)
+                self.out.write(b",\n" if i else b"\n")
+                self.out.write(whole[_PLAN_FROM:_PLAN_TO])
+            self.out.write(b"\n    ]" if entries else b"]")
+        self.out.write(rest + b"\n")
 
 
 class JsonlWriter(Writer):
@@ -173,8 +197,25 @@ class JsonlWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         line = {"kind": "summary"}
-        line.update(_summary_dict(summary, **self.flags, warnings=warnings, cases=None))
-        self.out.write(_encoder.encode(line) + b"\n")
+        line.update(_summary_dict(summary, **self.flags, warnings=warnings, cases=None, plan=False))
+        rest = _encoder.encode(line)
+        for name, entries in _plan_lists(summary.rebaseline_plan):
+            head, rest = rest.split(b'"%s":[]' % name, 1)
+            self.out.write(head + b'"%s":[' % name)
+            for i in range(0, len(entries), _PART):
+                self.out.write(b"," if i else b"")
+                self.out.write(_encoder.encode(entries[i : i + _PART])[1:-1])
+            self.out.write(b"]")
+        self.out.write(rest + b"\n")
+
+
+def _plan_lists(plan: RebaselinePlan) -> list[tuple[bytes, tuple[PlanEntry, ...]]]:
+    """The re-baseline plan's lists, in the order of its keys."""
+    return [
+        (b"rescore", plan.rescore),
+        (b"rerun_baseline", plan.rerun_baseline),
+        (b"rerun_candidate", plan.rerun_candidate),
+    ]
 
 
 def render_json(report: GateReport, **kw: Any) -> str:

@@ -14,6 +14,7 @@ from msgspec.structs import replace
 
 from litmus_sandbox import StepVerdict, gate, reports
 from litmus_sandbox._core.suite import stream_gate
+from litmus_sandbox.reports import _json
 from litmus_sandbox.reports._json import case_json
 
 _contradicted = (StepVerdict(index=0, safe=True, contradictions=("escape",)),)
@@ -85,3 +86,24 @@ def test_the_gate_feeds_a_writer_the_report_it_renders(
         summary = stream_gate(b, c, w)
         w.finish(summary)
     assert out.getvalue().decode() == reports.render(gate(b, c), fmt) + "\n"
+
+
+@given(_sides, _sides, st.integers(1, 3))
+def test_the_plan_written_a_part_at_a_time_is_the_plan(
+    b: list[Any], c: list[Any], part: int
+) -> None:
+    """The re-baseline plan's lists (as long as the suite at worst) go out a part at a
+    time, in the JSON report and the JSON Lines summary: the same bytes."""
+    report = gate(b, c)
+    whole = reports.to_dict(report)
+    expected = msgspec.json.format(msgspec.json.encode(whole), indent=2).decode()
+    summary_line = msgspec.json.encode(
+        {"kind": "summary", **{k: v for k, v in whole.items() if k != "cases"}}
+    )
+    old = _json._PART
+    _json._PART = part
+    try:
+        assert reports.render_json(report) == expected
+        assert reports.render_jsonl(report).splitlines()[-1] == summary_line.decode()
+    finally:
+        _json._PART = old
