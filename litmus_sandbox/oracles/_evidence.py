@@ -89,6 +89,7 @@ class Evidence:
         "dropped",
         "moves",
         "processes_watched",
+        "retimes",
         "spawned",
         "touches",
         "trees",
@@ -114,6 +115,8 @@ class Evidence:
         self.closed = False
         self.troubles = 0
         self.dropped = 0
+        #: Some path's times or attributes were set (only then is ``retimed`` asked).
+        self.retimes = False
         self._real_dirs: dict[str, str] = {}
 
     # ------------------------------------------------------------ questions
@@ -169,11 +172,15 @@ class Evidence:
         elif follow and not touch.follow:
             touch.follow = True  # made here (a link?), then written through
         touch.ops.add(op)
+        if op in _RETIMED:
+            self.retimes = True
         return touch
 
     def late(self, path: str, op: str, source: Source = "audit") -> bool:
         """Note ``op`` at ``path``, found after the fact (its state before is unknown);
         whether the path is new to this evidence."""
+        if op in _RETIMED:
+            self.retimes = True
         if path in self.touches:
             self.touches[path].ops.add(op)
             return False

@@ -26,7 +26,7 @@ refresh to the paths it names and is never double counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -86,12 +86,13 @@ class Reach:
         root = self.root.rstrip("/") + "/"
         return path[len(root) :] if path.startswith(root) else path
 
-    def hints(self, evidence: Evidence) -> dict[int, set[str]]:
-        """Per tree, the paths ``evidence`` names there, with their ancestors (a directory
-        made during the call is walked): a change whose event was lost, or has not been
-        handed over yet, is seen all the same. A named path is looked at itself, so its
-        directory's listing is not read again (the events name the same paths as a rule:
-        this costs next to nothing)."""
+    def hints(self, evidence: Evidence, listed: Callable[[int, str], bool]) -> dict[int, set[str]]:
+        """Per tree, the paths ``evidence`` names there, with their ancestors that the
+        tree has not listed (``listed(tree, dir)`` says; a directory made during the call
+        is then walked): a change whose event was lost, or has not been handed over yet,
+        is seen all the same. A named path is looked at itself, so its directory's listing
+        is not read again (the events name the same paths as a rule: this costs next to
+        nothing)."""
         out: dict[int, set[str]] = {}
         for path in [*evidence.touches, *evidence.trees]:
             found = self.locate(path)
@@ -102,6 +103,8 @@ class Reach:
             while rel and rel not in paths:
                 paths.add(rel)
                 rel = rel.rpartition("/")[0]
+                if not rel or listed(i, rel):
+                    break
         return out
 
 
@@ -142,15 +145,20 @@ class Attributor:
         then what the evidence found beyond every tree, with renames paired."""
         triples: list[tuple[FsEffect, Entry | None, Entry | None]] = []
         root = self.reach.root.rstrip("/") + "/"
-        links = _linked(window, evidence, root)
+        links: dict[tuple[int, int], Attribution] | None = None
+        retimes = evidence is not None and evidence.retimes
         for path in sorted(window):
             old, new = window[path]
             kind = self._kind(path, evidence)
             if kind == "none" and new is not None and new.nlink > 1:
                 # The same file as one the call wrote under another name (a hard link).
+                if links is None:
+                    links = _linked(window, evidence, root)
                 kind = links.get((new.device, new.inode), kind)
-            retimed = evidence is not None and evidence.retimed(
-                path if path.startswith("/") else root + path
+            retimed = (
+                retimes
+                and evidence is not None
+                and evidence.retimed(path if path.startswith("/") else root + path)
             )
             triples.extend(
                 (_tied(e, kind, call_id), old, new)
@@ -175,10 +183,11 @@ class Attributor:
         """Effects of the paths ``evidence`` names that no tree holds (outside the root)."""
         out: list[tuple[FsEffect, Entry | None, Entry | None]] = []
         racy_from = self._reader.racy_from()
+        root = self.reach.root.rstrip("/") + "/"
         for touch in list(evidence.touches.values()):
             path = touch.path
-            if self.reach.covered(path):
-                continue
+            if path.startswith(root) or self.reach.covered(path):
+                continue  # (the root's snapshot holds all of it, but what is left out)
             try:
                 st: os.stat_result | None = os.lstat(path)
             except OSError:

@@ -380,13 +380,13 @@ class FsProbe:
         """The refresh that closes a call's window, narrowed to what its evidence names too,
         and the window's effects, attributed (None: no such window)."""
         attributor = self._attributor
-        extra = attributor.reach.hints(evidence) if evidence is not None else {}
+        extra = attributor.reach.hints(evidence, self._listed) if evidence is not None else {}
         changes, _ = self._refresh_sync(False, extra)
         self._distribute(changes, evidence)
         if evidence is not None and self._trees:
             targets = attributor.follow_links(evidence, self._trees[0][0].snap)
             if targets:  # written through links in the root: their targets are looked at too
-                more = attributor.reach.hints(evidence)
+                more = attributor.reach.hints(evidence, self._listed)
                 changes, _ = self._refresh_sync(False, more)
                 self._distribute(changes, evidence)
         window = self._windows.pop(call_id, None)
@@ -512,6 +512,10 @@ class FsProbe:
     def _full(self, tree: Tree) -> dict[str, Change]:
         self._stats["full_scans"] += 1
         return tree.full()
+
+    def _listed(self, tree: int, rel: str) -> bool:
+        """Whether tree ``tree``'s snapshot has listed directory ``rel``."""
+        return rel in self._trees[tree][0].snap.dirs
 
     def _distribute(
         self, changes: list[tuple[str, Change]], closing: audit.Evidence | None = None
