@@ -50,7 +50,8 @@ EPILOG = (
     "exit codes: 0 nothing blocks; 1 at least one REGRESSION (or, with --strict-oracle, "
     "an oracle contradiction); 4 no regression but NEEDS_REBASELINE / NEEDS_RERUN cases "
     "(unless --allow-unresolved); 5 nothing was compared: no case on either side (unless "
-    "--allow-empty); 2 bad usage or unreadable input."
+    "--allow-empty); 6 the judge gave no verdict for some steps (--candidate-episodes); "
+    "2 bad usage or unreadable input."
 )
 
 #: Verdict files from this size on (bytes, both sides) get a count of the cases decided
@@ -83,8 +84,8 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
         type=memory_size,
         default=DEFAULT_MEMORY_BUDGET,
         metavar="SIZE",
-        help="memory the gate may hold the verdicts in before it joins them through "
-        "temporary files (default 1G; files in the same order are merged and never held)",
+        help="memory the gate may hold the verdicts in (default 1G); larger files are merged "
+        "one case at a time when both keep one order, else joined through temporary files",
     )
 
 
