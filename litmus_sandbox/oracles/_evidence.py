@@ -75,11 +75,14 @@ class Evidence:
     Filled by the audit hook (from the call's own context and threads) and, for a
     subprocess tool, by its process tree's report (:meth:`process_event`); read by the
     probes once the call ends. ``covered(path)``, when given, says a snapshot already
-    knows the path's state before (no need to hash it).
+    knows the path's state before (no need to hash it); ``known_dir(path)``, that a
+    snapshot holds the path as a directory reached through no link (no need to resolve
+    it).
     """
 
     __slots__ = (
         "_covered",
+        "_known_dir",
         "_lock",
         "_real_dirs",
         "call_id",
@@ -96,9 +99,16 @@ class Evidence:
         "troubles",
     )
 
-    def __init__(self, call_id: str, *, covered: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        *,
+        covered: Callable[[str], bool] | None = None,
+        known_dir: Callable[[str], bool] | None = None,
+    ) -> None:
         self.call_id = call_id
         self._covered = covered
+        self._known_dir = known_dir
         self._lock = threading.Lock()
         self.touches: dict[str, Touch] = {}
         #: Directories whose whole tree the call touched (rmtree, move, copytree).
@@ -255,6 +265,10 @@ class Evidence:
         directories): three system calls whatever its depth, where ``realpath`` takes one
         per component."""
         real = self._real_dirs.get(parent)
+        if real is None and self._known_dir is not None and self._known_dir(parent):
+            # A real folder of the root's snapshot: no system call. (Replaced by a link
+            # during the call, it is caught when the call ends: _attribution.follow_links.)
+            real = self._real_dirs[parent] = parent
         if real is None:
             try:
                 fd = os.open(parent or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -117,13 +117,20 @@ class Attributor:
 
     def follow_links(self, evidence: Evidence, root: Snapshot) -> list[str]:
         """Writes through symlinks: their real targets join the evidence (in the root, the
-        snapshot says which written paths are links). Returns the targets added."""
+        snapshot says which written paths are links, and which folders became links
+        during the call, which the hook took for folders). Returns the targets added."""
         added: list[str] = []
         prefix = self.reach.root.rstrip("/") + "/"
         for touch in list(evidence.touches.values()):
+            inside = touch.path.startswith(prefix)
+            if inside and _through_a_link(root, touch.path[len(prefix) :]):
+                target = os.path.realpath(touch.path)
+                if target != touch.path and evidence.late(target, "written", touch.source):
+                    added.append(target)
+                continue
             if not touch.follow:
                 continue
-            if touch.path.startswith(prefix):
+            if inside:
                 entry = root.get_entry(touch.path[len(prefix) :])
                 if entry is None or entry.kind != "symlink":
                     continue
@@ -198,6 +205,17 @@ class Attributor:
                 old = _before(touch)
                 out.append((_tied(e, kind, evidence.call_id), old, new))
         return out
+
+
+def _through_a_link(snap: Snapshot, rel: str) -> bool:
+    """Whether a folder on the way to ``rel`` is a link in ``snap`` (it was made one)."""
+    parent = rel.rpartition("/")[0]
+    while parent:
+        entry = snap.get_entry(parent)
+        if entry is not None and entry.kind == "symlink":
+            return True
+        parent = parent.rpartition("/")[0]
+    return False
 
 
 def _linked(

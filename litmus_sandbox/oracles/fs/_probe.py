@@ -348,7 +348,9 @@ class FsProbe:
             self._distribute(await self._refresh())
             self._windows[call_id] = {}
         # After the refresh: the probe's own work is not the call's evidence.
-        evidence = audit.Evidence(call_id, covered=self._attributor.reach.covered)
+        evidence = audit.Evidence(
+            call_id, covered=self._attributor.reach.covered, known_dir=self._known_dir
+        )
         self._evidence[call_id] = (evidence, audit.collect(evidence))
 
     async def after_call(self, call_id: str) -> Effects:
@@ -512,6 +514,19 @@ class FsProbe:
     def _full(self, tree: Tree) -> dict[str, Change]:
         self._stats["full_scans"] += 1
         return tree.full()
+
+    def _known_dir(self, path: str) -> bool:
+        """Whether ``path`` is a folder of the root as its snapshot lists it: reached
+        through folders only, never a link (from the tool's thread: dictionary reads)."""
+        if not self._trees:
+            return False
+        tree = self._trees[0][0]
+        top = tree.top
+        if path == top:
+            return True
+        if not path.startswith(top) or path[len(top) : len(top) + 1] != "/":
+            return False
+        return path[len(top) + 1 :] in tree.snap.dirs
 
     def _listed(self, tree: int, rel: str) -> bool:
         """Whether tree ``tree``'s snapshot has listed directory ``rel``."""
