@@ -84,3 +84,13 @@ def test_recorded_urls_keep_no_credentials() -> None:
         == "http://h:8080/p?x=1&access_token=<redacted>&apiKey=<redacted>#f"
     )
     assert redact_url("/p?token=abc&q=2", ["q"]) == "/p?token=abc&q=<redacted>"
+
+
+@pytest.mark.parametrize("run", ["z", "a-", "?", "?a", "a:", "x://a:", "eyJ"])
+def test_a_long_value_is_checked_in_one_pass(run: str) -> None:
+    """A stub's 300 KB answer is checked in linear time (a backtracking scan took minutes),
+    and a secret after it is still found."""
+    text = run * (400_000 // len(run))
+    assert secret_shape(text) is None
+    assert secret_shape(text + f" postgresql://app:{CANARY}@db/prod") is not None
+    assert secret_shape(text + f" https://api.example/v1?api_key={CANARY}") is not None
