@@ -3,7 +3,10 @@ names is there."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from factories import ROOT
@@ -28,6 +31,28 @@ def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["gate", "--help"])
     assert "exit codes: 0 nothing blocks" in " ".join(capsys.readouterr().out.split())
+
+
+def test_python_dash_m_runs_the_command_line(tmp_path: Path) -> None:
+    """``python -m litmus_sandbox`` is the ``litmus-sandbox`` script, exit codes included."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "litmus_sandbox",
+            "gate",
+            "--baseline",
+            "missing.jsonl",
+            "--candidate",
+            "c.jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "missing.jsonl" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_licence_the_metadata_names_is_shipped() -> None:
