@@ -354,6 +354,7 @@ def main() -> None:
         asyncio.run(_run_floor())
         return
 
+    load_before = os.getloadavg()
     me = [sys.executable, os.path.abspath(__file__)]
     proxy = [*me, "--role", "proxy", "--backend", args.backend]
     children: list[subprocess.Popen[bytes]] = []
@@ -413,6 +414,9 @@ def main() -> None:
             "baseline": args.baseline,
         },
         "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_averages_at_start": list(load_before),
+        "load_averages_at_end": list(os.getloadavg()),
         "mitmproxy": mitm_version,
         "latency_ms": lat,
         "added_ms": {name: ms - lat["direct"] for name, ms in lat.items() if name != "direct"},
@@ -426,6 +430,17 @@ def main() -> None:
     if "mitmproxy" in rps:
         result["throughput_ratio_vs_mitmproxy"] = rps["litmus"] / rps["mitmproxy"]
         result["goal_throughput_met"] = result["throughput_ratio_vs_mitmproxy"] >= 3.0
+    # Same-run ratios against each baseline tree (after / before).
+    result["vs_baseline"] = {
+        name: {
+            "added_ms_ratio": result["added_ms"]["litmus"] / result["added_ms"][name],
+            "requests_per_s_ratio": rps["litmus"] / rps[name],
+            "cpu_us_per_request_ratio": (
+                cpu["litmus"] / cpu[name] if "litmus" in cpu and name in cpu else None
+            ),
+        }
+        for name in (t.name for t in targets[1 : 1 + len(args.baseline)])
+    }
     out = Path(__file__).parent / "results" / "egress.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -446,6 +461,15 @@ def main() -> None:
         print(f"litmus / mitmproxy throughput: {result['throughput_ratio_vs_mitmproxy']:.1f}x")
     else:
         print("mitmdump not found: no comparison (pass --mitmdump PATH)")
+    for name, ratio in result["vs_baseline"].items():
+        each = ratio["cpu_us_per_request_ratio"]
+        print(
+            f"litmus / {name}: added latency {ratio['added_ms_ratio']:.2f}x, throughput "
+            f"{ratio['requests_per_s_ratio']:.2f}x"
+            + (f", CPU per request {each:.2f}x" if each is not None else "")
+        )
+    load = result["load_averages_at_start"][0], result["load_averages_at_end"][0]
+    print(f"load average {load[0]:.2f} at the start, {load[1]:.2f} at the end")
     print(f"wrote {out}")
 
 
