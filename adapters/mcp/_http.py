@@ -40,6 +40,7 @@ from litmus_sandbox import ConfigError, Sandbox
 from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
 from ._http_call import HttpToolCall
 from ._http_relay import HttpRelay
+from ._http_tasks import CLIENT_GONE, OwnTasks, TaskWait, relay_task_result
 from ._jsonrpc import (
     Message,
     cancelled_request_of,
@@ -57,6 +58,7 @@ from ._relay._guard import (
     refusal_record,
 )
 from ._relay._limits import too_deep
+from ._relay._tasks import task_id_of
 
 
 class HttpProxy(HttpRelay):
@@ -75,6 +77,10 @@ class HttpProxy(HttpRelay):
     Raises:
         ConfigError: an upstream that is not an http(s) URL; a bad timeout.
     """
+
+    #: Calls the server made tasks, waiting for their result, by task id.
+    _task_waits: dict[str, TaskWait]
+    _own_tasks: OwnTasks
 
     async def serve(
         self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -102,6 +108,7 @@ class HttpProxy(HttpRelay):
             anyio.create_task_group() as outer,
         ):
             self.sandbox, self.client, self._outer = sandbox, client, outer
+            self._task_waits, self._own_tasks = {}, OwnTasks()
             # Forward the client's headers, and only those: no httpx defaults added
             # (Accept-Encoding, User-Agent...); Host and the body's length are still set.
             for name in list(client.headers):
@@ -116,6 +123,13 @@ class HttpProxy(HttpRelay):
                     if presence.timer is not None:
                         presence.timer.cancel()  # the episodes end here, now
                 with anyio.CancelScope(shield=True):
+                    # Calls left running outside a connection (tasks) are interrupted.
+                    running = list(self.calls.values())
+                    for call in running:
+                        call.scope.cancel()
+                    with anyio.move_on_after(5):
+                        for call in running:
+                            await call.finished.wait()
                     for slot in list(self._slots.values()):
                         await slot.close()
 
@@ -267,11 +281,53 @@ class HttpProxy(HttpRelay):
                 self.offer(slot, msg)
         call = tool_call_of(msg)
         if call is not None:
-            await HttpToolCall(self, key, down, url, headers, body, msg, *call).run()
+            running = HttpToolCall(
+                self,
+                key,
+                down,
+                url,
+                headers,
+                body,
+                msg,
+                *call,
+                tasks=self._task_waits,
+                own_tasks=self._own_tasks,
+            )
+            if running.state.task_requested:
+                await self._task_call(running)
+            else:
+                await running.run()
             return
         if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
             return
+        if (task_id := task_id_of(msg)) is not None and msg.kind == "request":
+            if (own := self._own_tasks.answer(msg, task_id)) is not None:
+                await down.whole(200, b"application/json", own)
+                return
+            wait = self._task_waits.get(task_id)
+            if wait is not None and msg.method == "tasks/result":
+                await relay_task_result(self, down, wait, url, headers, body, msg)
+                return
         await self.relay(down, "POST", url, headers, body, msg=msg)
+
+    async def _task_call(self, call: HttpToolCall) -> None:
+        """A call the client asked to run as a task runs in a task of the proxy's: once
+        the client has the task, its connection goes on while the step waits."""
+        broken: list[BaseException] = []
+
+        async def run() -> None:
+            self.arrive(call.key, call.down.keys)  # its session is busy until it ends
+            try:
+                await call.run()
+            except CLIENT_GONE as exc:
+                broken.append(exc)
+            finally:
+                self.leave(call.key)
+
+        self._outer.start_soon(run)
+        await call.responded.wait()
+        if broken:
+            raise broken[0]
 
     async def _refuse(
         self,

@@ -1,40 +1,38 @@
 """One recorded ``tools/call`` over streamable HTTP.
 
-The runner POSTs the client's body upstream with the client's headers. A JSON answer is
-read whole (it is one message). An event stream is relayed to the client as it arrives:
-the response headers at once, each notification event as soon as it is complete (teed
-into the step's ``meta["mcp"]["notifications"]``), until the event that answers this
-request. That event is held back while the step is written, then sent, followed by
-whatever the server streams after it. So a real call is relayed byte for byte, and the
-client never holds an answer the record does not yet have.
+Theory of operation
+-------------------
+The call's policy decides whether it reaches the server. A real call is POSTed upstream
+as the client sent it (``Exchange``, ``_http_exchange.py``): a JSON answer is read
+whole, an event stream is relayed as it arrives with its notifications teed into the
+step's ``meta["mcp"]["notifications"]``, and the answering event is held back while the
+step is written, then sent, followed by whatever the server streams after it. So a real
+call is relayed byte for byte, and the client never holds an answer the record does not
+yet have.
 
 Calls the server never sees (stub, deny, replay, dropped swallow) and calls it never
-answered (timeout, crash) are answered by the proxy: plain JSON when nothing was sent
-yet, an event on the open stream otherwise.
+answered (timeout, crash, an answer over the size limit) are answered by the proxy: plain
+JSON when nothing was sent yet, an event on the open stream otherwise. A call the client
+asked to run as a task is answered in that shape: see ``_http_tasks.py``.
 
 Cancelling a call changes nothing else on the wire: the step is recorded interrupted,
 and the server's stream goes on to the client as the server keeps it (its later
-progress, and its answer if it sends one), until the server ends it. The stream is read
-by a task of the call's own into a small buffer, so the runner can be cancelled while it
-waits without losing a byte, and its writes to the client are never cut in two.
+progress, and its answer if it sends one), until the server ends it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
-import httpx
-from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from litmus_sandbox import ConfigError
 
-from ._downstream import Downstream, forwardable
-from ._http_answer import read_raw
+from ._downstream import Downstream
+from ._http_exchange import CutOff, Exchange
 from ._http_sessions import HttpSessions
+from ._http_tasks import CLIENT_GONE, OwnTasks, TaskWait
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
@@ -42,16 +40,14 @@ from ._jsonrpc import (
     error_message,
     id_key,
     no_answer,
-    parse,
 )
-from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone, decode_envelope
-from ._sse import SseSplitter, encode_event, event_data
+from ._recording import ANSWERED_BY_THE_PROXY, CallState, UpstreamGone
+from ._relay._tasks import created_task
+from ._sse import encode_event
 
 
 class HttpToolCall:
     """Record one ``tools/call`` POST and answer it."""
-
-    _tg: TaskGroup
 
     def __init__(
         self,
@@ -64,6 +60,9 @@ class HttpToolCall:
         msg: Message,
         tool: str,
         args: dict[str, Any],
+        *,
+        tasks: dict[str, TaskWait],
+        own_tasks: OwnTasks,
     ) -> None:
         self.proxy = proxy
         self.key = key
@@ -75,37 +74,42 @@ class HttpToolCall:
         self.args = args
         self.state = CallState(msg.id, body, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
         self.state.output_schema = proxy.output_schemas.get(tool)
+        params = msg.params or {}
+        self.state.task_requested = isinstance(params.get("task"), dict)
+        self.exchange = Exchange(
+            proxy.client,
+            down,
+            url,
+            headers,
+            body,
+            msg.id,
+            note=self.state.note,
+            max_bytes=proxy.max_message_bytes,
+        )
+        self._tasks = tasks
+        self._own_tasks = own_tasks
         self.scope = anyio.CancelScope()
         #: Set once the call is over (its step recorded, its reply sent or given up).
         self.finished = anyio.Event()
         #: Set once the client has the call's answer (what the server streams after it
         #: may go on).
         self.answered = anyio.Event()
-        self._response: httpx.Response | None = None
-        self._chunks: AsyncIterator[bytes] | None = None
-        #: The event stream's chunks, read by a task of the call's own (_read_stream).
-        self._stream: MemoryObjectReceiveStream[bytes] | None = None
-        self._stream_error: httpx.HTTPError | None = None
-        self._splitter = SseSplitter()
-        self._held = b""  # the answering event and the bytes after it, sent after the step
-        self._plain: tuple[int, list[tuple[bytes, bytes]], bytes, bytes] | None = None
+        #: Set once the call's own response is complete (for a task: the task; its
+        #: step may still wait for the result).
+        self.responded = anyio.Event()
+        #: The server's task the step waits for, once it made the call one.
+        self.task: TaskWait | None = None
+        #: Why the server was cut off (it broke the size limit), if it was.
+        self.cut_off: str | None = None
 
     async def run(self) -> None:
         try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                try:
-                    await self._run()
-                finally:
-                    tg.cancel_scope.cancel()  # the stream's reader, if still reading
+            async with self.exchange:
+                await self._run()
         finally:
-            if self._stream is not None:
-                self._stream.close()
-            with anyio.CancelScope(shield=True):
-                if isinstance(self._chunks, AsyncGenerator):
-                    await self._chunks.aclose()
-                if self._response is not None:
-                    await self._response.aclose()
+            if self.task is not None:
+                self.task.recorded.set()  # over: a tasks/result held for it goes on
+            self.responded.set()
             self.finished.set()
 
     async def _run(self) -> None:
@@ -141,11 +145,15 @@ class HttpToolCall:
                     state.reply_kind = "error"
                     text = "litmus-sandbox: the session ended while this call ran"
                     state.reply = error_message(self.msg.id, CONNECTION_CLOSED, text)
+            if self.task is not None:
+                self.task.recorded.set()
             if state.timed_out:
                 reason = no_answer(f"tools/call {self.tool!r}")
                 slot.abort(reason)
                 await proxy.cancel_upstream(self.url, self.headers, state.request_id, reason)
-            elif state.reply_kind == "error" and self._plain is None:
+            elif self.cut_off is not None:
+                slot.abort(self.cut_off)
+            elif state.reply_kind == "error" and self.exchange.plain is None:
                 # No HTTP answer at all (connection refused or dropped mid-stream).
                 slot.abort(state.failure or "the MCP server did not answer")
             await self._reply()
@@ -154,26 +162,24 @@ class HttpToolCall:
             self.answered.set()
 
     async def _reply(self) -> None:
-        state, down = self.state, self.down
+        state, down, exchange = self.state, self.down, self.exchange
+        if self.responded.is_set():
+            return  # the client has the task; the result went with its tasks/result
         # A real call the server answered over HTTP, even without a JSON-RPC answer
         # (a 404 for an expired session): the client gets the server's own response.
         relay = state.reply_kind == "relay" or (
-            state.reply_kind == "error" and state.fidelity == "real" and self._plain is not None
+            state.reply_kind == "error" and state.fidelity == "real" and exchange.plain is not None
         )
-        if relay and self._plain is not None:
-            status, headers, reason, body = self._plain
-            await down.start(status, headers, reason)
-            await down.body(body)
-            await down.end()
-        elif relay and self._stream is not None:
-            await down.body(self._held)
-            self.answered.set()  # the rest of the stream is the server's to keep open
-            await self._rest_of_stream()
-        elif state.reply_kind == "none" and self._stream is not None:
+        if relay and (exchange.plain is not None or exchange.stream is not None):
+            await exchange.release(self.answered)
+        elif state.reply_kind == "none" and exchange.stream is not None:
             # Cancelled by the client: the server's stream goes on as the server keeps it.
-            await down.body(self._splitter.rest())
             self.answered.set()
-            await self._rest_of_stream()
+            await exchange.release_rest()
+        elif state.reply_kind == "result" and state.task_id is not None:
+            # Shown as the client asked: a task of the proxy's own, done, its result kept.
+            reply = self._own_tasks.create(self.msg.id, state.task_id, state.reply)
+            await down.whole(200, b"application/json", reply)
         elif state.reply_kind in ("result", "error"):
             if down.started:
                 await down.body(encode_event(state.reply))
@@ -185,88 +191,42 @@ class HttpToolCall:
         # An interrupted call with nothing sent leaves the response unsent: the
         # connection closes, which is all a client that cancelled expects.
 
-    async def _rest_of_stream(self) -> None:
-        assert self._stream is not None
-        async for chunk in self._stream:
-            await self.down.body(chunk)
-        await self.down.end()  # where the server ended it (dropped, too)
-
-    async def _read_stream(
-        self, chunks: AsyncIterator[bytes], send: MemoryObjectSendStream[bytes]
-    ) -> None:
-        async with send:
-            try:
-                async for chunk in chunks:
-                    await send.send(chunk)
-            except httpx.HTTPError as exc:
-                self._stream_error = exc
-
     async def _forward(self) -> Any:
-        """The runner: POST upstream, relay the stream's notifications, return the answer."""
-        proxy, state = self.proxy, self.state
-        request = proxy.client.build_request(
-            "POST", self.url, headers=self.headers, content=state.request
-        )
-        # Being sent: the server may have it before it answers (a stop or a timeout
-        # meanwhile still tells it); a refused connection says it never got there.
+        """The runner: POST upstream, relay the stream's notifications, return the answer
+        (for a task: the result its tasks/result brings)."""
+        state, exchange = self.state, self.exchange
         state.forwarded = True
         try:
-            response = await proxy.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            state.forwarded = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-            state.failure = f"the MCP server is unreachable: {exc}"
-            raise UpstreamGone(state.failure) from exc
-        self._response = response
-        headers = forwardable(response.headers.raw)
-        reason = response.reason_phrase.encode("latin-1")
-        ctype = response.headers.get("content-type", "")
-        # A compressed body cannot be relayed byte-exactly *and* read: relay it decoded.
-        encoded = response.headers.get("content-encoding", "identity") != "identity"
-        if encoded:
-            drop = (b"content-encoding", b"content-length")
-            headers = [(n, v) for n, v in headers if n.lower() not in drop]
-        try:
-            if not ctype.startswith("text/event-stream"):
-                raw = await response.aread() if encoded else await read_raw(response)
-                self._plain = (response.status_code, headers, reason, raw)
-                envelope = decode_envelope(raw)
-                if envelope is None or "id" not in envelope:
-                    raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
-                return state.answered(raw, envelope)
-            headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-            await self.down.start(response.status_code, headers, reason)
-            chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
-            send, self._stream = anyio.create_memory_object_stream[bytes](16)
-            self._tg.start_soon(self._read_stream, chunks, send)
-            splitter = self._splitter
-            async for chunk in self._stream:  # cancelled while waiting: no chunk is lost
-                for event in splitter.feed(chunk):
-                    answer = self._answer(event)
-                    if answer is not None:
-                        self._held = event + splitter.rest()
-                        return state.answered(*answer)
-                    with anyio.CancelScope(shield=True):  # never half an event
-                        await self.down.body(event)
-            if self._stream_error is not None:
-                raise self._stream_error
-            raise UpstreamGone("the MCP server closed the event stream without answering")
-        except httpx.HTTPError as exc:
-            state.failure = f"the MCP server failed mid-call: {exc}"
-            raise UpstreamGone(state.failure) from exc
+            raw, envelope = await exchange.answer()
         except UpstreamGone as exc:
             state.failure = str(exc)
+            if isinstance(exc, CutOff):
+                self.cut_off = state.failure
             raise
+        finally:
+            state.forwarded = exchange.forwarded
+        task_id = created_task(envelope) if state.task_requested else None
+        if task_id is not None:
+            raw, envelope = await self._await_task(task_id)
+        return state.answered(raw, envelope)
 
-    def _answer(self, event: bytes) -> tuple[bytes, dict[str, Any]] | None:
-        """(data, envelope) if this event answers our request; else tee it into the step."""
-        data = event_data(event)
-        if not data:
-            return None
-        msg = parse(data)
-        if msg.kind == "response" and id_key(msg.id) == id_key(self.state.request_id):
-            envelope = decode_envelope(data)
-            assert envelope is not None
-            return data, envelope
-        if msg.body is not None:
-            self.state.note(msg.body)
-        return None
+    async def _await_task(self, task_id: str) -> tuple[bytes, dict[str, Any]]:
+        """The server made the call a task: the client gets it now; the step waits for
+        the result the client's tasks/result brings."""
+        task = self.task = self._tasks[task_id] = TaskWait(task_id)
+        meta: dict[str, Any] = {"task_id": task_id}
+        self.state.extra_meta["task"] = meta
+        try:
+            try:
+                with anyio.CancelScope(shield=True):  # never half a response
+                    await self.exchange.release(self.answered)
+            except CLIENT_GONE:
+                pass  # the client left: its tasks/result, if it comes, still brings it
+            self.answered.set()
+            self.responded.set()  # the client's connection goes on; the step waits
+            raw, envelope, result_request = await task.result()
+        finally:
+            if self._tasks.get(task_id) is task:
+                del self._tasks[task_id]
+        meta.update(result_request_id=result_request, result_later=True)
+        return raw, envelope

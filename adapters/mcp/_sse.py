@@ -44,6 +44,10 @@ class SseSplitter:
             self._event_start = 0
         return events
 
+    def buffered(self) -> int:
+        """How many bytes wait for their event's end (the one being read)."""
+        return len(self._buf)
+
     def rest(self) -> bytes:
         """Bytes received after the last whole event (an unterminated one)."""
         return bytes(self._buf)

@@ -59,24 +59,37 @@ class Tasks(Guard):
     def _own_task(self, request_id: Any, task_id: str, reply: bytes) -> bytes:
         """A ``CreateTaskResult`` for a call the proxy answered itself; its result is kept
         for the client's ``tasks/result``."""
-        result = _decode.decode(reply).get("result", {})
-        at = datetime.now(UTC).isoformat()
-        task: dict[str, Any] = {"taskId": task_id, "status": "completed", "ttl": None}
-        task.update(createdAt=at, lastUpdatedAt=at)
-        meta = {**result.get("_meta", {}), RELATED_TASK_META_KEY: {"taskId": task_id}}
-        self._own_tasks[task_id] = {"task": task, "result": {**result, "_meta": meta}}
-        answer = {"jsonrpc": "2.0", "id": request_id, "result": {"task": task}}
-        return _encode.encode(answer) + b"\n"
+        self._own_tasks[task_id], answer = own_task(request_id, task_id, reply)
+        return answer + b"\n"
 
     def _own_task_answer(self, request_id: Any, method: str, task_id: str) -> ToClient:
         """Answer ``tasks/get``, ``tasks/result`` or ``tasks/cancel`` about the proxy's own
         task (it is done: its result is the stand-in the step records)."""
-        if method not in ("tasks/get", "tasks/result", "tasks/cancel"):
+        answer = own_task_answer(request_id, method, self._own_tasks[task_id])
+        if answer is None:
             return self._error(request_id, INVALID_PARAMS, f"{method} of the proxy's own task")
-        own = self._own_tasks[task_id]
-        result = own["result"] if method == "tasks/result" else own["task"]
-        answer = {"jsonrpc": "2.0", "id": request_id, "result": result}
-        return ToClient(_encode.encode(answer) + b"\n")
+        return ToClient(answer + b"\n")
+
+
+def own_task(request_id: Any, task_id: str, reply: bytes) -> tuple[dict[str, Any], bytes]:
+    """The proxy's own task for a call it answered itself with ``reply``: the task kept
+    (its record and result), and the ``CreateTaskResult`` answering the call."""
+    result = _decode.decode(reply).get("result", {})
+    at = datetime.now(UTC).isoformat()
+    task: dict[str, Any] = {"taskId": task_id, "status": "completed", "ttl": None}
+    task.update(createdAt=at, lastUpdatedAt=at)
+    meta = {**result.get("_meta", {}), RELATED_TASK_META_KEY: {"taskId": task_id}}
+    answer = {"jsonrpc": "2.0", "id": request_id, "result": {"task": task}}
+    return {"task": task, "result": {**result, "_meta": meta}}, _encode.encode(answer)
+
+
+def own_task_answer(request_id: Any, method: str, own: dict[str, Any]) -> bytes | None:
+    """The answer to ``tasks/get``, ``tasks/result`` or ``tasks/cancel`` about the
+    proxy's own task ``own`` (None for another method)."""
+    if method not in ("tasks/get", "tasks/result", "tasks/cancel"):
+        return None
+    result = own["result"] if method == "tasks/result" else own["task"]
+    return _encode.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
 def task_id_of(msg: Message) -> str | None:

@@ -1,0 +1,238 @@
+"""One JSON-RPC request POSTed upstream whose answer is held back until it is recorded.
+
+Theory of operation
+-------------------
+:meth:`Exchange.answer` POSTs the client's body upstream with the client's headers. A
+JSON answer is read whole (it is one message) and kept. An event stream is relayed to
+the client as it arrives: the response headers at once, each other event as soon as it
+is complete (teed to ``note``), until the event that answers the request. That event is
+held back; :meth:`Exchange.release` sends it, followed by whatever the server streams
+after it, so the client never holds an answer the record does not yet have.
+:meth:`Exchange.release_rest` does the same for a request given up on (cancelled): what
+the server keeps sending reaches the client as the server sends it.
+
+The stream is read by a task of the exchange's own into a small buffer, so a caller can
+be cancelled while it waits without losing a byte, and writes to the client are never
+cut in two. Used by the recorded ``tools/call`` (``_http_call.py``) and by the
+``tasks/result`` that brings a task's result (``_http_tasks.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import httpx
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._downstream import Downstream, forwardable
+from ._http_answer import read_raw
+from ._jsonrpc import id_key, parse
+from ._recording import UpstreamGone, decode_envelope
+from ._sse import SseSplitter, event_data
+
+#: The plain (non-stream) response kept: status, headers, reason, body.
+Plain = tuple[int, list[tuple[bytes, bytes]], bytes, bytes]
+
+
+class CutOff(UpstreamGone):
+    """The server sent an answer or an event over the size limit: not read further."""
+
+
+class Exchange:
+    """One request upstream, its answer held (see the module's theory of operation).
+
+    Args:
+        client: the proxy's upstream client.
+        down: the client's side of the exchange.
+        url, headers, body: what is POSTed (the client's own).
+        request_id: the JSON-RPC id whose answer is awaited.
+        note: gets every other message the stream carries before the answer.
+        max_bytes: the largest JSON answer or event the server may send.
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        down: Downstream,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        request_id: Any,
+        *,
+        note: Callable[[Any], None] | None = None,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        self.client = client
+        self.down = down
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.request_id = request_id
+        self.note = note
+        self.max_bytes = max_bytes
+        #: Whether the server may have the request (a refused connection says it has not).
+        self.forwarded = False
+        #: The plain JSON response, as the server sent it.
+        self.plain: Plain | None = None
+        #: The event stream's chunks, read by a task of the exchange's own.
+        self.stream: MemoryObjectReceiveStream[bytes] | None = None
+        self._stream_error: httpx.HTTPError | None = None
+        self._response: httpx.Response | None = None
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._splitter = SseSplitter()
+        self._held = b""
+        self._tg: TaskGroup | None = None
+
+    async def __aenter__(self) -> Exchange:
+        self._tg = await anyio.create_task_group().__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # the stream's reader, if still reading
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            if self.stream is not None:
+                self.stream.close()
+            with anyio.CancelScope(shield=True):
+                if isinstance(self._chunks, AsyncGenerator):
+                    await self._chunks.aclose()
+                if self._response is not None:
+                    await self._response.aclose()
+
+    async def answer(self) -> tuple[bytes, dict[str, Any]]:
+        """POST upstream, relay the stream's other events, return the held answer.
+
+        Raises:
+            UpstreamGone: no JSON-RPC answer came (unreachable, dropped, ended);
+                ``CutOff`` if it broke the size limit.
+        """
+        request = self.client.build_request(
+            "POST", self.url, headers=self.headers, content=self.body
+        )
+        # Being sent: the server may have it before it answers (a stop or a timeout
+        # meanwhile still tells it); a refused connection says it never got there.
+        self.forwarded = True
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            self.forwarded = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            raise UpstreamGone(f"the MCP server is unreachable: {exc}") from exc
+        self._response = response
+        headers = forwardable(response.headers.raw)
+        reason = response.reason_phrase.encode("latin-1")
+        ctype = response.headers.get("content-type", "")
+        # A compressed body cannot be relayed byte-exactly *and* read: relay it decoded.
+        encoded = response.headers.get("content-encoding", "identity") != "identity"
+        if encoded:
+            drop = (b"content-encoding", b"content-length")
+            headers = [(n, v) for n, v in headers if n.lower() not in drop]
+        try:
+            if not ctype.startswith("text/event-stream"):
+                raw = await self._read_plain(response, encoded)
+                self.plain = (response.status_code, headers, reason, raw)
+                envelope = decode_envelope(raw)
+                if envelope is None or "id" not in envelope:
+                    raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
+                return raw, envelope
+            headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+            await self.down.start(response.status_code, headers, reason)
+            chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
+            send, self.stream = anyio.create_memory_object_stream[bytes](16)
+            assert self._tg is not None, "an Exchange is used in `async with`"
+            self._tg.start_soon(self._read_stream, chunks, send)
+            splitter = self._splitter
+            async for chunk in self.stream:  # cancelled while waiting: no chunk is lost
+                for event in splitter.feed(chunk):
+                    answer = self._answer(event)
+                    if answer is not None:
+                        self._held = event + splitter.rest()
+                        return answer
+                    with anyio.CancelScope(shield=True):  # never half an event
+                        await self.down.body(event)
+                if splitter.buffered() > self.max_bytes:
+                    raise CutOff(
+                        f"the MCP server sent an event over {self.max_bytes} bytes: cut off"
+                    )
+            if self._stream_error is not None:
+                raise self._stream_error
+            raise UpstreamGone("the MCP server closed the event stream without answering")
+        except httpx.HTTPError as exc:
+            raise UpstreamGone(f"the MCP server failed mid-call: {exc}") from exc
+
+    async def _read_plain(self, response: httpx.Response, encoded: bool) -> bytes:
+        """A JSON body, read whole but never past ``max_bytes``."""
+        if not encoded and response.headers.get("content-length", "").isdigit():
+            if int(response.headers["content-length"]) > self.max_bytes:
+                raise CutOff(f"the MCP server sent an answer over {self.max_bytes} bytes: cut off")
+            return await read_raw(response)
+        parts, size = [], 0
+        async for chunk in response.aiter_bytes() if encoded else response.aiter_raw():
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise CutOff(f"the MCP server sent an answer over {self.max_bytes} bytes: cut off")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def _read_stream(
+        self, chunks: AsyncIterator[bytes], send: MemoryObjectSendStream[bytes]
+    ) -> None:
+        async with send:
+            try:
+                async for chunk in chunks:
+                    await send.send(chunk)
+            except httpx.HTTPError as exc:
+                self._stream_error = exc
+
+    def _answer(self, event: bytes) -> tuple[bytes, dict[str, Any]] | None:
+        """(data, envelope) if this event answers the request; else tee it to ``note``."""
+        data = event_data(event)
+        if not data:
+            return None
+        msg = parse(data)
+        if msg.kind == "response" and id_key(msg.id) == id_key(self.request_id):
+            envelope = decode_envelope(data)
+            assert envelope is not None
+            return data, envelope
+        if msg.body is not None and self.note is not None:
+            self.note(msg.body)
+        return None
+
+    async def release(self, answered: anyio.Event | None = None) -> None:
+        """Send the held answer: the server's own response, or its answering event and
+        what the stream carries after it, until the server ends it (``answered`` is set
+        once the client has the answer itself)."""
+        down = self.down
+        if self.plain is not None:
+            status, headers, reason, body = self.plain
+            await down.start(status, headers, reason)
+            await down.body(body)
+            await down.end()
+        elif self.stream is not None:
+            await down.body(self._held)
+            if answered is not None:
+                answered.set()  # the rest of the stream is the server's to keep open
+            await self._rest_of_stream()
+
+    async def release_rest(self) -> None:
+        """Given up on (cancelled): the stream goes on to the client as the server keeps
+        it, from where the relay stopped."""
+        if self.stream is not None:
+            await self.down.body(self._splitter.rest())
+            await self._rest_of_stream()
+
+    async def _rest_of_stream(self) -> None:
+        assert self.stream is not None
+        async for chunk in self.stream:
+            await self.down.body(chunk)
+        await self.down.end()  # where the server ended it (dropped, too)
