@@ -147,7 +147,8 @@ class HttpProxy(HttpRelay):
         reason = self.stop_reason
         if reason is not None:
             for key, slot in self._slots.items():
-                if not self.gone(key):  # a session whose client is gone finished cleanly
+                # A session whose client is gone finished cleanly; a probe records nothing.
+                if not self.gone(key) and (slot.touched or slot.opened):
                     slot.abort(reason)
             running = list(self.calls.values())
             for call in running:
@@ -278,7 +279,7 @@ class HttpProxy(HttpRelay):
             # called a tool have an episode: a failed discovery probe records nothing.
             slot = self._slots.get(key)
             if slot is not None and not slot.opened:
-                self.offer(slot, msg)
+                self.offer(slot, msg, touch=False)  # lists, pings: a probe's requests too
         call = tool_call_of(msg)
         if call is not None:
             running = HttpToolCall(

@@ -108,22 +108,26 @@ class HttpRelay(HttpSessions):
             await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
             return
         try:
+            opening = None
             if msg is not None and msg.method == "initialize" and response.is_success:
                 # The session id arrives with the answer: its episode takes the case id
-                # the client named on initialize.
+                # the client named on initialize; it is a session (not a probe) once the
+                # answer is a result.
                 sid = response.headers.get("mcp-session-id")
                 key = (
                     f"session:{sid}"
                     if sid is not None
                     else self.key_for(headers, msg, down.conn_id)
                 )
-                self.offer(self.slot(key), msg)
+                opening = self.slot(key)
+                self.offer(opening, msg, touch=False)
             ctype = response.headers.get("content-type", "")
             encoding = response.headers.get("content-encoding", "identity")
             status = response.status_code
             out_headers = forwardable(response.headers.raw)
             reason = response.reason_phrase.encode("latin-1")
             listing = msg is not None and msg.method == "tools/list" and response.is_success
+            listing = listing or opening is not None  # the answer is read (a copy) too
             seen = bytearray()
             if wait is not None and not ctype.startswith("text/event-stream"):
                 # One JSON answer: read it whole from the server (bounded), then pass it on.
@@ -163,8 +167,12 @@ class HttpRelay(HttpSessions):
                 plain = decoded(bytes(seen), response.headers.get("content-encoding"))
                 if plain is not None:
                     result = listing_result(plain, ctype, msg.id)
-                    self.output_schemas.update(output_schemas(result))
-                    self.listed = True
+                    if opening is not None:
+                        if isinstance(result, dict):
+                            opening.touch()  # the handshake completed: a session to record
+                    else:
+                        self.output_schemas.update(output_schemas(result))
+                        self.listed = True
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

@@ -153,9 +153,10 @@ class HttpSessions:
         return slot
 
     @staticmethod
-    def offer(slot: EpisodeSlot, msg: Message) -> None:
-        """Let a request name the episode's case id (and protocol revision)."""
-        slot.offer_case_id(case_id_of(msg), msg.method)
+    def offer(slot: EpisodeSlot, msg: Message, *, touch: bool = True) -> None:
+        """Let a request name the episode's case id (and protocol revision); ``touch``:
+        the request makes the session one to record (a call does, a probe does not)."""
+        slot.offer_case_id(case_id_of(msg), msg.method, touch=touch)
         if (version := protocol_version_of(msg)) is not None:
             slot.note("protocol_version", version)
 

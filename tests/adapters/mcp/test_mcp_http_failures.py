@@ -29,7 +29,8 @@ _STREAMS = ("prompts/list", "prompts/get", "completion/complete")
 
 
 class _Upstream(BaseHTTPRequestHandler):
-    """A stateless MCP endpoint: ``hang`` never answers, ``crash`` drops the connection."""
+    """A stateless MCP endpoint: ``hang`` never answers, ``crash`` drops the connection;
+    an ``initialize`` asking for protocol version ``bogus`` gets a JSON-RPC error."""
 
     protocol_version = "HTTP/1.1"
 
@@ -44,6 +45,10 @@ class _Upstream(BaseHTTPRequestHandler):
         method = body.get("method")
         if method in _STREAMS:
             self._stream(body["id"], method)
+            return
+        if method == "initialize" and body["params"].get("protocolVersion") == "bogus":
+            error = {"code": -32602, "message": "Unsupported protocol version"}
+            self._json({"jsonrpc": "2.0", "id": body["id"], "error": error})
             return
         if method == "resources/list":  # a large answer, sent at once
             self._json({"jsonrpc": "2.0", "id": body["id"], "result": {"blob": "b" * 2_000_000}})

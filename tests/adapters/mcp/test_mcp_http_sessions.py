@@ -93,3 +93,40 @@ async def test_a_signal_aborts_only_the_sessions_still_there(
     b = by_session["B"].end
     assert b is not None
     assert (b.status, b.reason) == ("aborted", "the proxy was stopped by SIGTERM")
+
+
+def message(rid: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}
+
+
+async def test_clients_that_only_probed_record_no_episode(tmp_path: Path, upstream: str) -> None:  # noqa: F811
+    """A version-negotiating client's probe (server/discover), a client whose initialize
+    failed, and one that only pinged and listed record nothing, even when a signal stops
+    the proxy while they are connected; the session beside them is recorded."""
+    probe = {"_meta": {"litmus/case_id": "probed"}}
+    async with serving(tmp_path, upstream, session_grace=None) as (proxy, base):
+        async with httpx.AsyncClient(base_url=base, timeout=10) as real:
+            init = message(0, "initialize", {"protocolVersion": "2025-11-25"})
+            await real.post("/mcp", json=init, headers={**ACCEPT, "Mcp-Session-Id": "R"})
+            await real.post("/mcp", json=call(1), headers={**ACCEPT, "Mcp-Session-Id": "R"})
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=10) as discover,
+            httpx.AsyncClient(base_url=base, timeout=10) as refused,
+            httpx.AsyncClient(base_url=base, timeout=10) as lister,
+        ):
+            found = await discover.post(
+                "/mcp", json=message(1, "server/discover", probe), headers=ACCEPT
+            )
+            assert found.json()["id"] == 1  # the server's own answer, relayed
+            bogus = message(0, "initialize", {"protocolVersion": "bogus", **probe})
+            failed = await refused.post("/mcp", json=bogus, headers=ACCEPT)
+            assert failed.json()["error"]["code"] == -32602
+            for rid, method in enumerate(["ping", "tools/list"], start=1):
+                await lister.post("/mcp", json=message(rid, method, probe), headers=ACCEPT)
+            proxy.stop("the proxy was stopped by SIGTERM")  # the probes are still connected
+            with anyio.fail_after(10):
+                await proxy.stopped.wait()
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    assert ep.header.meta["mcp"]["session_id"] == "R"
+    assert ep.complete
+    assert len(calls(ep)) == 1
