@@ -28,6 +28,7 @@ waits for and finds the server's answer for both the relay and the recorded call
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -187,6 +188,9 @@ class HttpProxy(HttpRelay):
                 event, body = request
                 down = Downstream(conn, stream, conn_id, keys)
                 try:
+                    if isinstance(body, int):
+                        await self._too_long(down, event, body)
+                        return
                     await self._exchange(down, event, body)
                 except (
                     anyio.BrokenResourceError,
@@ -205,28 +209,70 @@ class HttpProxy(HttpRelay):
 
     async def _read(
         self, conn: h11.Connection, stream: SocketStream
-    ) -> tuple[h11.Request, bytes] | None:
+    ) -> tuple[h11.Request, bytes | int] | None:
+        """The next request and its body (its size read so far, an int, when it is over
+        the limit: the rest is left unread)."""
         request: h11.Request | None = None
         body = bytearray()
         while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                try:
-                    data = await stream.receive(CHUNK)
-                except anyio.EndOfStream:
-                    data = b""
-                conn.receive_data(data)
-            elif isinstance(event, h11.Request):
+            event = await self._next_event(conn, stream)
+            if isinstance(event, h11.Request):
                 request = event
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self.max_message_bytes:
-                    return None
+                    assert request is not None
+                    return request, len(body)
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
                 return request, bytes(body)
             else:  # ConnectionClosed, PAUSED
                 return None
+
+    @staticmethod
+    async def _next_event(conn: h11.Connection, stream: SocketStream) -> Any:
+        while (event := conn.next_event()) is h11.NEED_DATA:
+            try:
+                data = await stream.receive(CHUNK)
+            except anyio.EndOfStream:
+                data = b""
+            conn.receive_data(data)
+        return event
+
+    async def _too_long(self, down: Downstream, event: h11.Request, size: int) -> None:
+        """A body over ``max_message_bytes``: never read whole, never relayed. The client
+        gets 413 with a JSON-RPC error, the session's end record keeps the refusal and its
+        episode ends aborted; the rest of the body is drained (briefly), then the
+        connection closes."""
+        raw_headers = list(event.headers.raw_items())
+        key = self.key_for(raw_headers, parse(b""), down.conn_id)
+        self.arrive(key, down.keys)
+        try:
+            why = f"a message over {self.max_message_bytes} bytes"
+            slot = self.slot(key)
+            slot.touch()
+            refused = self._refused.setdefault(key, [])
+            if len(refused) < MAX_REFUSED:
+                refused.append({"request_id": None, "reason": why, "bytes": size})
+            slot.end_note("refused", list(refused))
+            slot.abort(f"the client sent {why}")
+            body = refusal_answer(Refusal(None, INVALID_REQUEST, why))
+            headers = [
+                (b"Content-Type", b"application/json"),
+                (b"Content-Length", str(len(body)).encode()),
+                (b"Connection", b"close"),
+            ]
+            await down.start(413, headers, b"")
+            await down.body(body)
+            await down.end()
+            with anyio.move_on_after(2):  # a client still sending would see a reset
+                while not isinstance(
+                    await self._next_event(down.conn, down.stream),
+                    h11.EndOfMessage | h11.ConnectionClosed,
+                ):
+                    pass
+        finally:
+            self.leave(key)
 
     async def _exchange(self, down: Downstream, event: h11.Request, body: bytes) -> None:
         method = event.method.decode("ascii")
@@ -237,12 +283,16 @@ class HttpProxy(HttpRelay):
         path = urlsplit(target).path
         if method == "POST" and path == self.endpoint:
             msg = parse(body)
-            if too_deep(body, DEFAULT_MAX_DEPTH):
+            deep = too_deep(body, DEFAULT_MAX_DEPTH)
+            if deep:
                 why = f"a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
                 refusal: Refusal | None = Refusal(None, INVALID_REQUEST, why)
             else:
                 refusal = refusal_of(body, msg)
             if refusal is not None:
+                if deep:  # as over stdio: the episode ends aborted, saying why
+                    slot = self.slot(self.key_for(raw_headers, msg, down.conn_id))
+                    slot.abort(f"the client sent {refusal.reason}")
                 await self._refuse(down, raw_headers, msg, body, refusal)
                 return
             key = self.key_for(raw_headers, msg, down.conn_id)

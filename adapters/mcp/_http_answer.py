@@ -19,6 +19,7 @@ import msgspec
 
 from ._jsonrpc import id_key, parse
 from ._recording import decode_envelope
+from ._relay._limits import DEFAULT_MAX_DEPTH, too_deep
 from ._sse import SseSplitter, event_data
 
 T = TypeVar("T")
@@ -29,8 +30,26 @@ async def read_raw(response: httpx.Response) -> bytes:
     return b"".join([chunk async for chunk in response.aiter_raw()])
 
 
+async def read_bounded(response: httpx.Response, limit: int) -> bytes:
+    """A response's body as the server sent it, never more than ``limit`` bytes.
+
+    Raises:
+        Unanswered: the body is longer (``cut_off`` says so); it is not read further.
+    """
+    parts, size = [], 0
+    async for chunk in response.aiter_raw():
+        size += len(chunk)
+        if size > limit:
+            raise Unanswered(cut_off=f"the MCP server sent an answer over {limit} bytes: cut off")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def listing_result(body: bytes, content_type: str, request_id: Any) -> Any:
-    """The ``result`` of the response to ``request_id`` in a relayed body (JSON or events)."""
+    """The ``result`` of the response to ``request_id`` in a relayed body (JSON or events;
+    None for one nested deeper than a message may be)."""
+    if too_deep(body, DEFAULT_MAX_DEPTH):
+        return None
     if content_type.startswith("text/event-stream"):
         splitter = SseSplitter()
         for event in [*splitter.feed(body), splitter.rest()]:
@@ -71,7 +90,7 @@ def answers(event: bytes, request_id: Any) -> bool:
     if data.lstrip().startswith(b"["):
         try:
             batch = msgspec.json.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return False
         return isinstance(batch, list) and any(
             isinstance(item, dict)
@@ -84,12 +103,17 @@ def answers(event: bytes, request_id: Any) -> bool:
 
 
 class Unanswered(Exception):
-    """A relayed request's wait for the server ended (its deadline, or a stop)."""
+    """A relayed request's wait for the server ended (its deadline, a stop), or its
+    answer cannot be relayed (``cut_off``: why the server was; ``invalid_utf8``)."""
 
-    def __init__(self) -> None:
-        super().__init__("no answer")
+    def __init__(
+        self, *, cut_off: str | None = None, invalid_utf8: bool = False, mid_event: bool = False
+    ) -> None:
+        super().__init__(cut_off or "no answer")
+        self.cut_off = cut_off
+        self.invalid_utf8 = invalid_utf8
         #: Whether part of an event (or of an encoded stream) already went to the client.
-        self.mid_event = False
+        self.mid_event = mid_event
 
 
 class Waiting:
@@ -140,7 +164,12 @@ class EventWatch:
 
     @property
     def mid_event(self) -> bool:
-        return bool(self._splitter.rest())
+        return bool(self._splitter.buffered())
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of the event being read (held until it ends)."""
+        return self._splitter.buffered()
 
     def answered(self, chunk: bytes, request_id: Any) -> bool:
         try:

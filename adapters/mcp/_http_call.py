@@ -30,7 +30,7 @@ import anyio
 from litmus_sandbox import ConfigError
 
 from ._downstream import Downstream
-from ._http_exchange import CutOff, Exchange
+from ._http_exchange import CutOff, Exchange, Undecodable
 from ._http_sessions import HttpSessions
 from ._http_tasks import CLIENT_GONE, OwnTasks, TaskWait
 from ._jsonrpc import (
@@ -153,7 +153,11 @@ class HttpToolCall:
                 await proxy.cancel_upstream(self.url, self.headers, state.request_id, reason)
             elif self.cut_off is not None:
                 slot.abort(self.cut_off)
-            elif state.reply_kind == "error" and self.exchange.plain is None:
+            elif (
+                state.reply_kind == "error"
+                and self.exchange.plain is None
+                and "invalid_utf8" not in state.extra_meta  # a failed call, as over stdio
+            ):
                 # No HTTP answer at all (connection refused or dropped mid-stream).
                 slot.abort(state.failure or "the MCP server did not answer")
             await self._reply()
@@ -202,6 +206,8 @@ class HttpToolCall:
             state.failure = str(exc)
             if isinstance(exc, CutOff):
                 self.cut_off = state.failure
+            elif isinstance(exc, Undecodable):
+                state.extra_meta["invalid_utf8"] = True
             raise
         finally:
             state.forwarded = exchange.forwarded

@@ -19,6 +19,7 @@ cut in two. Used by the recorded ``tools/call`` (``_http_call.py``) and by the
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
@@ -32,6 +33,7 @@ from ._downstream import Downstream, forwardable
 from ._http_answer import read_raw
 from ._jsonrpc import id_key, parse
 from ._recording import UpstreamGone, decode_envelope
+from ._relay._limits import DEFAULT_MAX_DEPTH, too_deep
 from ._sse import SseSplitter, event_data
 
 #: The plain (non-stream) response kept: status, headers, reason, body.
@@ -39,7 +41,34 @@ Plain = tuple[int, list[tuple[bytes, bytes]], bytes, bytes]
 
 
 class CutOff(UpstreamGone):
-    """The server sent an answer or an event over the size limit: not read further."""
+    """The server broke a limit (an answer or an event over the size limit, nested too
+    deep): not read further."""
+
+
+class Undecodable(UpstreamGone):
+    """The server answered in invalid UTF-8: the request fails, saying so."""
+
+
+_INVALID_UTF8 = "the MCP server answered in invalid UTF-8"
+#: An event the client never gets (not JSON, in invalid UTF-8).
+_DROP: tuple[bytes, dict[str, Any]] = (b"", {})
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _loose_id(data: bytes) -> Any:
+    """The id of a message in invalid UTF-8, read leniently (None if there is none)."""
+    try:
+        loose = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    return loose.get("id") if isinstance(loose, dict) else None
 
 
 class Exchange:
@@ -52,6 +81,7 @@ class Exchange:
         request_id: the JSON-RPC id whose answer is awaited.
         note: gets every other message the stream carries before the answer.
         max_bytes: the largest JSON answer or event the server may send.
+        max_depth: arrays and objects one message may nest.
     """
 
     def __init__(
@@ -65,6 +95,7 @@ class Exchange:
         *,
         note: Callable[[Any], None] | None = None,
         max_bytes: int = 64 << 20,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         self.client = client
         self.down = down
@@ -74,6 +105,7 @@ class Exchange:
         self.request_id = request_id
         self.note = note
         self.max_bytes = max_bytes
+        self.max_depth = max_depth
         #: Whether the server may have the request (a refused connection says it has not).
         self.forwarded = False
         #: The plain JSON response, as the server sent it.
@@ -115,7 +147,7 @@ class Exchange:
 
         Raises:
             UpstreamGone: no JSON-RPC answer came (unreachable, dropped, ended);
-                ``CutOff`` if it broke the size limit.
+                ``CutOff`` if it broke a limit, ``Undecodable`` for invalid UTF-8.
         """
         request = self.client.build_request(
             "POST", self.url, headers=self.headers, content=self.body
@@ -140,8 +172,11 @@ class Exchange:
         try:
             if not ctype.startswith("text/event-stream"):
                 raw = await self._read_plain(response, encoded)
-                self.plain = (response.status_code, headers, reason, raw)
+                self._check(raw)
                 envelope = decode_envelope(raw)
+                if envelope is None and not _utf8(raw):
+                    raise Undecodable(_INVALID_UTF8)
+                self.plain = (response.status_code, headers, reason, raw)
                 if envelope is None or "id" not in envelope:
                     raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
                 return raw, envelope
@@ -155,6 +190,8 @@ class Exchange:
             async for chunk in self.stream:  # cancelled while waiting: no chunk is lost
                 for event in splitter.feed(chunk):
                     answer = self._answer(event)
+                    if answer is _DROP:
+                        continue
                     if answer is not None:
                         self._held = event + splitter.rest()
                         return answer
@@ -194,16 +231,33 @@ class Exchange:
             except httpx.HTTPError as exc:
                 self._stream_error = exc
 
+    def _check(self, data: bytes) -> None:
+        if too_deep(data, self.max_depth):
+            raise CutOff(
+                f"the MCP server sent a message nested deeper than {self.max_depth} levels"
+            )
+
     def _answer(self, event: bytes) -> tuple[bytes, dict[str, Any]] | None:
-        """(data, envelope) if this event answers the request; else tee it to ``note``."""
+        """(data, envelope) if this event answers the request (``_DROP``: an event the
+        client must not get); else None, and it is teed to ``note``.
+
+        Raises:
+            CutOff: it nests too deep.
+            Undecodable: the answer is in invalid UTF-8.
+        """
         data = event_data(event)
         if not data:
             return None
+        self._check(data)
         msg = parse(data)
         if msg.kind == "response" and id_key(msg.id) == id_key(self.request_id):
             envelope = decode_envelope(data)
             assert envelope is not None
             return data, envelope
+        if msg.kind == "other" and not _utf8(data):
+            if id_key(_loose_id(data)) == id_key(self.request_id):
+                raise Undecodable(_INVALID_UTF8)
+            return _DROP  # not a whole JSON-RPC message: the client never gets it
         if msg.body is not None and self.note is not None:
             self.note(msg.body)
         return None

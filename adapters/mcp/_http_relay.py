@@ -14,14 +14,32 @@ import anyio
 import httpx
 
 from ._downstream import Downstream, forwardable
-from ._http_answer import EventWatch, Unanswered, Waiting, decoded, listing_result, read_raw
+from ._http_answer import (
+    EventWatch,
+    Unanswered,
+    Waiting,
+    decoded,
+    listing_result,
+    read_bounded,
+)
 from ._http_sessions import HttpSessions
 from ._jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, Message, error_message, no_answer
+from ._relay._guard import INTERNAL_ERROR
 from ._schema import output_schemas
 from ._sse import encode_event
 
 #: A tools/list answer larger than this is relayed without learning schemas from it.
 _MAX_LISTING = 8 << 20
+
+
+def _whole_message(raw: bytes) -> bool:
+    """Whether a JSON answer may reach the client: JSON, or at least valid UTF-8 (the
+    client's to read); only invalid UTF-8 is held back."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class HttpRelay(HttpSessions):
@@ -56,7 +74,7 @@ class HttpRelay(HttpSessions):
             await self._relay(down, request, headers, msg, wait)
         except Unanswered as unanswered:
             assert msg is not None
-            await self._unanswered(down, url, headers, msg, unanswered.mid_event)
+            await self._unanswered(down, url, headers, msg, unanswered)
         finally:
             if wait is not None:
                 self._waiting.discard(wait)
@@ -68,16 +86,32 @@ class HttpRelay(HttpSessions):
         url: str,
         headers: list[tuple[bytes, bytes]],
         msg: Message,
-        mid_event: bool,
+        unanswered: Unanswered,
     ) -> None:
-        """A relayed request the server left unanswered: stopped early, or timed out."""
-        if self.stop_reason is not None:
+        """A relayed request the server left unanswered: stopped early, timed out, or
+        cut off (its answer broke a limit)."""
+        mid_event = unanswered.mid_event
+        slot = self._slots.get(self.key_for(headers, msg, down.conn_id))
+        if unanswered.cut_off is not None:
+            reason = unanswered.cut_off
+            reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}")
+            # A session to record, even one that only listed: the server failed it.
+            slot = slot or self.slot(self.key_for(headers, msg, down.conn_id))
+            slot.abort(reason)
+        elif unanswered.invalid_utf8:
+            text = "litmus-sandbox: the MCP server answered in invalid UTF-8"
+            reply = error_message(msg.id, INTERNAL_ERROR, text)
+            key = self.key_for(headers, msg, down.conn_id)
+            self._invalid[key] = dropped = self._invalid.get(key, 0) + 1
+            if slot is not None:
+                slot.end_note("dropped_from_server", {"invalid_utf8": dropped})
+        elif self.stop_reason is not None:
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stop_reason}")
         else:
             reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
             if msg.method != "initialize":  # no session yet; and it cannot be cancelled
-                if (slot := self._slots.get(self.key_for(headers, msg, down.conn_id))) is not None:
+                if slot is not None:
                     slot.abort(reason)
                 await self.cancel_upstream(url, headers, msg.id, reason)
         if mid_event:
@@ -131,8 +165,10 @@ class HttpRelay(HttpSessions):
             seen = bytearray()
             if wait is not None and not ctype.startswith("text/event-stream"):
                 # One JSON answer: read it whole from the server (bounded), then pass it on.
-                raw = await wait.upstream(read_raw(response))
+                raw = await wait.upstream(read_bounded(response, self.max_message_bytes))
                 wait = None
+                if encoding in ("identity", "") and not _whole_message(raw):
+                    raise Unanswered(invalid_utf8=True)
                 await down.start(status, out_headers, reason)
                 await down.body(raw)
                 seen += raw[:_MAX_LISTING]
@@ -160,6 +196,9 @@ class HttpRelay(HttpSessions):
                         if wait is not None and events is not None and events.answered(chunk, rid):
                             wait.done.set()  # the client has its answer: a stop need not wait
                             events, wait = None, None  # the rest is the server's to keep open
+                        elif events is not None and events.buffered > self.max_message_bytes:
+                            why = f"the MCP server sent an event over {self.max_message_bytes} bytes: cut off"
+                            raise Unanswered(cut_off=why, mid_event=True)
                 except httpx.HTTPError:
                     pass  # the server dropped the stream: end ours where it ended
             await down.end()
