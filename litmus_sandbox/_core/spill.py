@@ -107,7 +107,8 @@ class PartitionedJoin:
         legacy = LegacyVerdict
         flush_at = self._flush_at
         for v in verdicts:
-            if type(v) is legacy:
+            # A legacy verdict read with unknown provenance keys is of a subclass.
+            if type(v) is legacy or isinstance(v, legacy):
                 key, shape = v.run_id, _LEGACY
             else:
                 key, shape = v.case_id, _NATIVE
@@ -235,7 +236,7 @@ class SpilledDeferred:
             ] = []
             for k, held in self._held:
                 verdicts = held if isinstance(held, list) else [] if held is None else [held]
-                shapes = [_LEGACY if type(v) is LegacyVerdict else _NATIVE for v in verdicts]
+                shapes = [_LEGACY if isinstance(v, LegacyVerdict) else _NATIVE for v in verdicts]
                 frames.append((0, k, [], [], shapes, verdicts))
             self._buckets.append(self._bucket, _encoder.encode_lines(frames))
             self._held, self._weight, self._spilled = [], 0, True

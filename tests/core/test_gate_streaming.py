@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 import pytest
 from factories import legacy, verdict
 from test_gate_properties import Kept, MemoryBuckets, _case_by_case
@@ -106,3 +107,39 @@ def test_nothing_compared_is_its_own_decision() -> None:
     assert gate([], [legacy("a")]).decision() == "UNRESOLVED"
     excluded = gate([legacy("a")], [legacy("a")], exclusions={"a": "why"})
     assert excluded.decision() == "PASS"
+
+
+def test_the_spill_keeps_legacy_verdicts_with_unknown_provenance_keys() -> None:
+    """A legacy line with a provenance key this version does not know is read into a
+    subclass of LegacyVerdict; the spill (both ways) still stores it as legacy."""
+    from litmus_sandbox._model.codec import decode_verdict_record
+
+    line = (
+        b'{"run_id": "case-99", "safe": true, "provenance": {"truncate_on_refusal": false, '
+        b'"truncate_on_empty_tool_result": false, "steps_covered": 3, '
+        b'"judge_version": "j", "new_key": 1}}'
+    )
+    odd = decode_verdict_record(line)
+    assert type(odd) is not type(legacy("x"))
+    assert odd.unknown_provenance
+    same = [legacy(f"case-{i:02d}") for i in range(40)]
+    shuffled = same[::-1]
+    ways: list[tuple[list[Any], list[Any], Any]] = [
+        ([*same, odd], [*shuffled, legacy("case-99")], None),  # partitioned join
+        (same, [*same, odd], "sorted"),  # candidate-only cases spilled by the merge
+    ]
+    for b, c, order in ways:
+        buckets, kept = MemoryBuckets(), Kept()
+        summary = stream_gate(
+            b, c, kept, order=order, buckets=buckets, memory_budget=1, size_hint=10**9
+        )
+        assert buckets.used
+        # Read back from the spill, the verdict is a LegacyVerdict again: equal fields.
+        assert [_fields(r) for r in kept.cases] == [_fields(r) for r in gate(b, c).cases]
+        assert summary == gate(b, c).summary()
+        assert summary.reasons.get("unknown_provenance") == (1 if order is None else None)
+
+
+def _fields(r: Any) -> tuple[Any, ...]:
+    sides = [msgspec.to_builtins(v) for v in (*r.baseline, *r.candidate)]
+    return r.case_id, r.outcome, r.reasons, sides
