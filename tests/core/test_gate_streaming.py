@@ -13,6 +13,7 @@ from test_gate_properties import Kept, MemoryBuckets, _case_by_case
 from litmus_sandbox import ConfigError, gate
 from litmus_sandbox._core.joins import merge_join, merge_order
 from litmus_sandbox._core.suite import stream_gate
+from litmus_sandbox._model.records import LegacyVerdict
 
 
 def _order(b: list[str], c: list[str], size: int = 2, **kw: Any) -> str | None:
@@ -120,7 +121,8 @@ def test_the_spill_keeps_legacy_verdicts_with_unknown_provenance_keys() -> None:
         b'"judge_version": "j", "new_key": 1}}'
     )
     odd = decode_verdict_record(line)
-    assert type(odd) is not type(legacy("x"))
+    assert isinstance(odd, LegacyVerdict)
+    assert type(odd) is not LegacyVerdict
     assert odd.unknown_provenance
     same = [legacy(f"case-{i:02d}") for i in range(40)]
     shuffled = same[::-1]
