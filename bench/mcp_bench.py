@@ -27,7 +27,11 @@ for both, so the ratio mostly says how fast the server is.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -136,6 +140,94 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
     }
 
 
+async def _ready_line(process: anyio.abc.Process, stream: str, pattern: bytes) -> bytes:
+    """Read ``process``'s stdout or stderr until a line matches ``pattern``; its match."""
+    source = process.stdout if stream == "stdout" else process.stderr
+    assert source is not None
+    seen = b""
+    with anyio.fail_after(30):
+        while (found := re.search(pattern, seen)) is None:
+            seen += await source.receive()
+    return found.group(1)
+
+
+async def measure_http(calls: int, recordings: Path) -> dict[str, Any]:
+    """server-everything's ``echo`` over streamable HTTP: direct, behind ``proxy mcp
+    --listen`` (recording, no filesystem oracle), and behind the minimal recording relay
+    (``bench/http_recording_relay.py``), in one rotation."""
+    script = NODE_SCRIPT.parent.parent.parent / "server-everything" / "dist" / "index.js"
+    if not script.exists():
+        sys.exit("mcp_bench: run `npm ci --prefix tests/mcp_servers` first")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PORT": str(port)}
+    episodes = recordings / "bench.http.jsonl"
+    proxy = [sys.executable, "-m", "litmus_sandbox._cli.main", "proxy", "mcp"]
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    minimal = [sys.executable, str(ROOT / "bench" / "http_recording_relay.py")]
+    async with (
+        await anyio.open_process(["node", str(script), "streamableHttp"], env=env) as server,
+        await anyio.open_process(
+            [
+                *proxy,
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                upstream,
+                "--episodes",
+                str(episodes),
+            ],
+            cwd=recordings,
+        ) as proxied_process,
+        await anyio.open_process([*minimal, str(recordings / "minimal.jsonl"), upstream]) as floor,
+    ):
+        try:
+            await _ready_line(server, "stderr", rb"(listening on port)")
+            proxy_url = (
+                await _ready_line(proxied_process, "stderr", rb"MCP proxy on (\S+)")
+            ).decode()
+            floor_port = (await _ready_line(floor, "stdout", rb"port (\d+)")).decode()
+            floor_url = f"http://127.0.0.1:{floor_port}/mcp"
+            figures = await _rotate(calls, upstream, proxy_url, floor_url)
+        finally:
+            for process in (floor, proxied_process, server):
+                process.terminate()
+    d, p, m = figures
+    return {
+        "server": "everything (streamable HTTP)",
+        "tool": "echo",
+        "calls": calls,
+        "direct_median_ms": d * 1e3,
+        "proxied_median_ms": p * 1e3,
+        "added_median_ms": (p - d) * 1e3,
+        "ratio": p / d,
+        "goal_added_ms": 0.5,
+        "recording_relay_added_median_ms": (m - d) * 1e3,
+        "recording_relay_ratio": m / d,
+        "recorded_steps_bytes": episodes.stat().st_size if episodes.exists() else 0,
+    }
+
+
+async def _rotate(calls: int, *urls: str) -> tuple[float, ...]:
+    """The median ``tools/call`` time of one client session per URL, calls rotated."""
+    times: list[list[float]] = [[] for _ in urls]
+    args = {"message": "hi"}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(Client(url, cache=None)) for url in urls]
+        for _ in range(max(20, calls // 10)):  # warm up every path
+            for client in clients:
+                await client.call_tool("echo", args)
+        order = list(range(len(clients)))
+        for i in range(calls):
+            for j in order[i % len(order) :] + order[: i % len(order)]:
+                t0 = time.perf_counter()
+                result = await clients[j].call_tool("echo", args)
+                times[j].append(time.perf_counter() - t0)
+                assert not result.is_error
+    return tuple(statistics.median(t) for t in times)
+
+
 def recording_relay(record_to: str, server_cmd: list[str]) -> None:
     """The floor of a relay that records: asyncio reader callbacks, one parse per line,
     and for each answered ``tools/call`` one record appended (written, not fsynced)
@@ -221,8 +313,24 @@ def main() -> None:
     parser.add_argument(
         "--server", nargs="+", choices=["filesystem", "git"], default=["filesystem", "git"]
     )
+    parser.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="http: server-everything over streamable HTTP (results in mcp_http.json)",
+    )
     opts = parser.parse_args()
     results = []
+    if opts.transport == "http":
+        with tempfile.TemporaryDirectory() as rec:
+            figures = anyio.run(measure_http, opts.calls, Path(rec))
+        for key, value in figures.items():
+            print(f"{key:>32}: {value:.3f}" if isinstance(value, float) else f"{key:>32}: {value}")
+        out = ROOT / "bench" / "results" / "mcp_http.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([figures], indent=2) + "\n")
+        print(f"written to {out.relative_to(ROOT)}")
+        return
     for kind in opts.server:
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as rec:
             work = Path(tmp) / "work"
