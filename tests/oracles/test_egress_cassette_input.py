@@ -41,3 +41,16 @@ def test_a_version_it_cannot_read_is_refused(
         HttpCassette.from_files([p])
     p.write_text(_OK)
     assert HttpCassette.from_files([p]).warnings == []
+
+
+@pytest.mark.parametrize("key", ["status", "url"])
+def test_a_duplicate_key_is_refused_naming_its_line(tmp_path: Path, key: str) -> None:
+    """``"status": 200, "status": 500`` would serve whichever came last: it is an error."""
+    dup = {
+        "status": '"status":200,"status":500,',
+        "url": '"url":"https://api.example/y",',
+    }[key]
+    p = tmp_path / "c.jsonl"
+    p.write_text(_OK + _OK.replace('"method"', dup + '"method"'))
+    with pytest.raises(RecordDecodeError, match=rf"c\.jsonl:2: duplicate key '{key}'"):
+        HttpCassette.from_files([p])

@@ -30,7 +30,7 @@ import httpx
 import msgspec
 
 from litmus_sandbox._config.secrets import redact_headers, redact_url
-from litmus_sandbox._model.codec import cut_short
+from litmus_sandbox._model.codec import DecodeProblem, check_unique_keys, cut_short
 from litmus_sandbox._model.errors import ConfigError, NewerVersionError, RecordDecodeError
 from litmus_sandbox._model.records import SCHEMA_VERSION
 from litmus_sandbox._store.files import iter_lines, open_input
@@ -161,7 +161,11 @@ class HttpCassette:
                         continue
                     line = raw.strip()
                     try:
-                        exchanges.append(_checked(_decoder.decode(line), path, lineno))
+                        exchange = _decoder.decode(line)
+                        check_unique_keys(line, exchange)  # last-wins is never read
+                        exchanges.append(_checked(exchange, path, lineno))
+                    except DecodeProblem as exc:
+                        raise RecordDecodeError(path, lineno, str(exc)) from None
                     except msgspec.DecodeError as exc:
                         if not raw.endswith(b"\n"):  # the last line, cut mid-record
                             torn.append(ReadWarning(path, lineno, _TORN))
