@@ -6,6 +6,13 @@ at the end: each case is encoded as it is decided and spooled by rank
 (:class:`~litmus_sandbox.reports._shared.Writer`), and the object is written around them
 at the end, byte for byte what encoding the whole report at once would give. JSON Lines
 keeps no case: each line is written as its case is decided, in gate order.
+
+A suite of legacy verdicts is mostly cases that differ only in their case id: a case
+whose sides are one legacy verdict each (or none) is encoded as its case id and the rest
+of its object, the rest kept per outcome, reasons, safety and provenance (up to a few
+thousand of them), compact for JSON Lines and indented for the JSON report (as
+``msgspec.json.format`` would indent it), so such cases are neither encoded nor
+formatted one by one.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from litmus_sandbox._core.gate import CaseResult, step_diff
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary, PlanEntry, RebaselinePlan
 from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
 from litmus_sandbox.reports._shared import Writer, ordered_cases, rank, render, side_summary
@@ -62,6 +69,61 @@ def case_json(case: CaseResult) -> bytes:
 
 
 _legacy_sides: dict[tuple[bool, int, LegacyProvenance], bytes] = {}
+
+#: The rank of a case with no reasons, by outcome (what ``rank`` gives it).
+_PLAIN_RANK = {
+    o: rank(CaseResult(case_id="", outcome=o, reasons=(), baseline=(), candidate=()))
+    for o in OUTCOMES
+}
+#: A case's object up to its case id, compact and as an item of the report's "cases".
+_HEAD = b'{"case_id":'
+_INDENTED_HEAD = b'    {\n      "case_id": '
+_Side = tuple[bool, LegacyProvenance] | None
+#: (outcome, reasons, baseline side, candidate side) -> the rest of the case's object
+#: after its case id: compact, and indented as in the JSON report.
+_legacy_tails: dict[tuple[str, tuple[Reason, ...], _Side, _Side], tuple[bytes, bytes]] = {}
+
+
+def _legacy_side(v: AnyVerdict) -> _Side:
+    """What a side of one legacy verdict shows, or None for a verdict of another kind."""
+    if type(v) is not LegacyVerdict or v.unknown_provenance:
+        return None
+    return v.safe, v.provenance
+
+
+def _tails(case: CaseResult) -> tuple[bytes, bytes] | None:
+    """The rest of ``case``'s object after its case id (compact, indented), for a case
+    whose sides are one legacy verdict each or none; None for any other case."""
+    bs, cs = case.baseline, case.candidate
+    if len(bs) > 1 or len(cs) > 1:
+        return None
+    b = c = None
+    if bs and (b := _legacy_side(bs[0])) is None:
+        return None
+    if cs and (c := _legacy_side(cs[0])) is None:
+        return None
+    key = (case.outcome, case.reasons, b, c)
+    tails = _legacy_tails.get(key)
+    if tails is None:
+        if len(_legacy_tails) > 4096:
+            _legacy_tails.clear()
+        blank = msgspec.structs.replace(case, case_id="")
+        compact = case_json(blank)
+        indented = msgspec.json.format(b'{"x":[' + compact + b"]}", indent=2)
+        indented = indented[_ITEMS_FROM:_ITEMS_TO]
+        tails = _legacy_tails[key] = (
+            compact[len(_HEAD) + 2 :],
+            indented[len(_INDENTED_HEAD) + 2 :],
+        )
+    return tails
+
+
+def _format_items(cases: list[bytes]) -> bytes:
+    """Cases' compact JSON as items of the report's "cases" array, joined by ``,\\n``:
+    indented two levels down, as in ``{"x": [...]}``, formatted in one call, less that
+    wrapper."""
+    whole = msgspec.json.format(b'{"x":[' + b",".join(cases) + b"]}", indent=2)
+    return whole[_ITEMS_FROM:_ITEMS_TO]
 
 
 def _side_json(verdicts: Sequence[AnyVerdict]) -> bytes:
@@ -151,14 +213,30 @@ class JsonWriter(Writer):
 
     def write(self, results: Sequence[CaseResult]) -> None:
         self.cases += len(results)
-        by_rank: dict[int, list[bytes]] = {}
+        # Per rank, in order: indented items, and runs of compact cases still to format.
+        items: dict[int, list[bytes]] = {}
+        pending: dict[int, list[bytes]] = {}
+        encode = _encoder.encode
+        plain_rank = _PLAIN_RANK
         for case in results:
-            by_rank.setdefault(rank(case), []).append(case_json(case))
-        for r, cases in by_rank.items():
-            # Indented as items of the report's "cases" array: two levels down, as in
-            # {"x": [...]}, formatted in one call, less that wrapper.
-            whole = msgspec.json.format(b'{"x":[' + b",".join(cases) + b"]}", indent=2)
-            self.spool.write(r, whole[_ITEMS_FROM:_ITEMS_TO] + b",\n")
+            r = rank(case) if case.reasons else plain_rank[case.outcome]
+            tails = _tails(case)
+            if tails is None:
+                pending.setdefault(r, []).append(case_json(case))
+                continue
+            done = items.get(r)
+            if done is None:
+                done = items[r] = []
+            run = pending.get(r)
+            if run:
+                done.append(_format_items(run))
+                run.clear()
+            done.append(_INDENTED_HEAD + encode(case.case_id) + tails[1])
+        for r, run in pending.items():
+            if run:
+                items.setdefault(r, []).append(_format_items(run))
+        for r, done in items.items():
+            self.spool.write(r, b",\n".join(done) + b",\n")
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         skeleton = _summary_dict(summary, **self.flags, warnings=warnings, cases=[], plan=False)
@@ -191,9 +269,16 @@ class JsonlWriter(Writer):
     then one summary line: the JSON report's keys but ``cases``."""
 
     def write(self, results: Sequence[CaseResult]) -> None:
-        self.out.write(
-            b"".join(b'{"kind":"case",' + case_json(case)[1:] + b"\n" for case in results)
-        )
+        lines: list[bytes] = []
+        add = lines.append
+        encode = _encoder.encode
+        for case in results:
+            tails = _tails(case)
+            if tails is None:
+                add(b'{"kind":"case",' + case_json(case)[1:] + b"\n")
+            else:
+                add(b'{"kind":"case","case_id":' + encode(case.case_id) + tails[0] + b"\n")
+        self.out.write(b"".join(lines))
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         line = {"kind": "summary"}

@@ -107,3 +107,38 @@ def test_the_plan_written_a_part_at_a_time_is_the_plan(
         assert reports.render_jsonl(report).splitlines()[-1] == summary_line.decode()
     finally:
         _json._PART = old
+
+
+_odd_ids = st.text(
+    alphabet=st.sampled_from(["a", "é", '"', "\\", "\n", "\x00", "😀", "/", " "]), max_size=6
+)
+
+
+@given(
+    st.lists(st.tuples(_odd_ids, st.booleans(), st.sampled_from(["j1", None])), max_size=12),
+    st.lists(st.tuples(_odd_ids, st.booleans(), st.sampled_from(["j1", "j2"])), max_size=12),
+    _flags,
+)
+def test_legacy_cases_encode_by_their_kept_rest_as_whole(
+    b: list[tuple[str, bool, str | None]],
+    c: list[tuple[str, bool, str]],
+    flags: dict[str, bool],
+) -> None:
+    """Cases of one legacy verdict a side are written as their case id and the rest of
+    their object kept per kind: the same bytes, whatever the case id holds."""
+    report = gate(
+        [legacy(k, s, judge_version=j) for k, s, j in b],
+        [legacy(k, s, judge_version=j) for k, s, j in c],
+    )
+    whole = reports.to_dict(report, warnings=["w"], **flags)
+    expected = msgspec.json.format(msgspec.json.encode(whole), indent=2).decode()
+    for _ in range(2):  # the second time, from what was kept
+        assert reports.render_json(report, warnings=["w"], **flags) == expected
+        lines = reports.render_jsonl(report, warnings=["w"], **flags).splitlines()
+        cases = [msgspec.json.decode(line) for line in lines[:-1]]
+        assert [{k: v for k, v in x.items() if k != "kind"} for x in cases] == [
+            reports.case_to_dict(case) for case in report.cases
+        ]
+        assert lines[:-1] == [
+            '{"kind":"case",' + case_json(case).decode()[1:] for case in report.cases
+        ]
