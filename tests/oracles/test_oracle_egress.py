@@ -1083,6 +1083,36 @@ async def test_strict_mode_blocks_and_records_clients_that_ignore_the_proxy(tmp_
 
 
 @needs_strict
+async def test_strict_mode_resets_the_connection_of_an_unreachable_upstream(
+    tmp_path: Path,
+) -> None:
+    """As through the proxy's own port, and as without any proxy: the tool's connection
+    fails (reset), never with an empty reply, for a refused port and for a tunnel."""
+    log = Log()
+    port = free_port()
+    script = (
+        "import socket, sys\n"
+        f"for head in (b'GET http://127.0.0.1:{port}/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n',\n"
+        f"             b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n'):\n"
+        "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    s.sendall(head)\n"
+        "    try:\n"
+        "        print(s.recv(100) or 'EOF')\n"
+        "    except ConnectionResetError:\n"
+        "        print('reset')\n"
+    )
+    with anyio.fail_after(20):
+        async with ForwardProxy(None, log, unix_path=str(tmp_path / "p.sock")) as proxy:
+            done = await run_strict([sys.executable, "-c", script], proxy=proxy)
+            flows = await log.settled(2)
+    assert done.stdout.split() == [b"reset", b"reset"], done.stderr
+    assert [(f.method, f.error) for f in flows] == [
+        ("GET", "Connection refused"),
+        ("CONNECT", "Connection refused"),
+    ]
+
+
+@needs_strict
 async def test_strict_mode_applies_the_policy_inside(tmp_path: Path) -> None:
     log = Log()
     policy = EgressPolicy({}, default="deny")

@@ -22,7 +22,11 @@ HTTP, and relayed bytes each way for tunnels.
 
 When the proxy also listens on a Unix socket (strict mode), connections there may post
 ``/.litmus/blocked`` reports from the in-namespace bridge: destinations a tool tried to
-reach directly, recorded with decision ``blocked``.
+reach directly, recorded with decision ``blocked``. The bridge also hands over its
+listening socket there (a connection whose first byte is ``HANDOFF``, carrying the
+socket): the proxy accepts the tool's connections on it as it accepts its own TCP ones,
+failures included (a refused upstream resets them), until the bridge closes that
+connection.
 
 h11 parses and frames every message (:mod:`._downstream` on the client side,
 :mod:`._upstream` on the server side); :mod:`._relay` forwards plain requests,
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 from contextlib import suppress
 from typing import Any
@@ -41,7 +46,7 @@ from typing import Any
 import anyio
 import h11
 import msgspec
-from anyio.abc import ByteStream, SocketAttribute, TaskGroup, TaskStatus
+from anyio.abc import ByteStream, SocketAttribute, TaskGroup, TaskStatus, UNIXSocketStream
 
 from litmus_sandbox._config.egress import EgressPolicy
 from litmus_sandbox._model.errors import UpstreamError
@@ -54,9 +59,9 @@ from litmus_sandbox.oracles.egress._http_wire import (
     proxy_env,
     report_decoder,
 )
-from litmus_sandbox.oracles.egress._netns import REPORT_PATH
+from litmus_sandbox.oracles.egress._netns import HANDOFF, REPORT_PATH
 from litmus_sandbox.oracles.egress._relay import HttpRelay
-from litmus_sandbox.oracles.egress._streams import reset, serve
+from litmus_sandbox.oracles.egress._streams import reset, serve, serve_socket
 from litmus_sandbox.oracles.egress._tunnel import CLOSED, tunnel
 
 _log = logging.getLogger("litmus_sandbox.egress")
@@ -173,7 +178,39 @@ class ForwardProxy:
         await self._connection(stream, trusted=False)
 
     async def _serve_unix(self, stream: ByteStream) -> None:
+        if isinstance(stream, UNIXSocketStream):
+            with anyio.move_on_after(self.idle_timeout):
+                first = await _peek(stream)
+            if first == HANDOFF:
+                await self._take_listener(stream)
+                return
         await self._connection(stream, trusted=True)
+
+    async def _take_listener(self, stream: UNIXSocketStream) -> None:
+        """Accept connections on the listening socket strict mode's bridge hands over, as
+        TCP connections of this proxy's own, until the bridge closes ``stream``."""
+        async with stream:
+            try:
+                _, fds = await stream.receive_fds(1, 1)
+            except (*CLOSED, RuntimeError):
+                return
+            if not fds:
+                return
+            listener = socket.socket(fileno=fds[0])
+            with listener:
+                if listener.type != socket.SOCK_STREAM or listener.family not in _INET:
+                    return
+                # The connections outlive the accepting: they end by themselves.
+                async with (
+                    anyio.create_task_group() as connections,
+                    anyio.create_task_group() as accepting,
+                ):
+                    accepting.start_soon(serve_socket, listener, self._serve_tcp, connections)
+                    with suppress(*CLOSED):
+                        await stream.send(HANDOFF)
+                        while await stream.receive():
+                            pass  # nothing more is said: the bridge's end closes it
+                    accepting.cancel_scope.cancel()
 
     async def _connection(self, stream: ByteStream, *, trusted: bool) -> None:
         async with stream:
@@ -246,6 +283,22 @@ class ForwardProxy:
         self.sink(flow)
         close_flow(flow, self.sink)
         await down.respond(204)
+
+
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+async def _peek(stream: UNIXSocketStream) -> bytes:
+    """The first byte a Unix connection sends, left unread (empty at its end)."""
+    raw = stream.extra(SocketAttribute.raw_socket)
+    while True:
+        await anyio.wait_readable(raw)
+        try:
+            return raw.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return b""
 
 
 def _remove_stale_socket(path: str) -> None:

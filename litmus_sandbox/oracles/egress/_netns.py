@@ -14,8 +14,12 @@ imports nothing but the standard library and anyio) then
 1. brings ``lo`` up and adds ``local 0.0.0.0/0`` (and ``::/0``) routes on it, so a
    connection to *any* address is delivered locally instead of failing with "network
    unreachable" before a packet exists;
-2. listens on ``127.0.0.1:P`` and relays each connection to the proxy's Unix socket ``S``
-   (the filesystem is shared, the network is not): the proxy variables point there;
+2. listens on ``127.0.0.1:P`` (the proxy variables point there) and hands the listening
+   socket itself to the proxy over its Unix socket ``S`` (``SCM_RIGHTS``: the filesystem
+   is shared, the network is not). The proxy accepts the tool's connections in this
+   namespace as its own TCP connections, so an upstream that refuses or resets resets
+   the tool's connection, as in ``proxy-env`` mode; it stops accepting when the bridge
+   closes that Unix connection;
 3. watches ``lo`` with a packet socket: a TCP SYN answered by a reset (nothing listens in
    the namespace) or a UDP datagram answered by "port unreachable" is a destination the
    tool tried to reach directly. Each is reported to the proxy (``POST /.litmus/blocked``
@@ -34,7 +38,6 @@ that. The catch-all sees TCP and UDP over IPv4 and IPv6 without extension header
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import socket
 import subprocess
@@ -42,12 +45,9 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import anyio
-
-if TYPE_CHECKING:
-    from anyio.abc import ByteStream, TaskGroup
 
 #: The bridge's port inside the namespace (any port is free in an empty namespace).
 DEFAULT_BRIDGE_PORT = 3128
@@ -58,6 +58,10 @@ SETUP_MARKER = f"{MARKER} setup failed:"
 #: Origin-form path of the bridge's reports to the proxy (never valid in forward-proxy
 #: traffic); the proxy imports it from here, as this file imports nothing of the package.
 REPORT_PATH = "/.litmus/blocked"
+#: The byte that opens the bridge's hand-over of its listening socket to the proxy (with
+#: the socket as ``SCM_RIGHTS``), and the proxy's answer once it accepts on it. A report
+#: starts with ``POST``, so the proxy tells the two apart by the first byte.
+HANDOFF = b"\0"
 
 _ETH_P_ALL = 0x0003
 _PACKET_OUTGOING = 4
@@ -264,30 +268,33 @@ async def _report(socket_path: str, attempt: Attempt) -> None:
         print(f"{MARKER} could not report {attempt}: {exc}", file=sys.stderr)
 
 
-async def _relay(socket_path: str, client: ByteStream) -> None:
-    async with client:
+def _hand_over(socket_path: str, port: int) -> socket.socket:
+    """Listen on ``127.0.0.1:port`` and give the listening socket to the proxy at
+    ``socket_path``; the Unix connection it went over, which the proxy accepts on the
+    listener for as long as it stays open.
+
+    Raises:
+        _SetupError: the proxy cannot be reached, or did not take the socket.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(socket.SOMAXCONN)
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream = await anyio.connect_unix(socket_path)
+            channel.settimeout(10)
+            channel.connect(socket_path)
+            socket.send_fds(channel, [HANDOFF], [listener.fileno()])
+            answer = channel.recv(1)
         except OSError as exc:
-            print(f"{MARKER} proxy socket {socket_path}: {exc}", file=sys.stderr)
-            return
-        async with upstream, anyio.create_task_group() as tg:
-            tg.start_soon(_pump, client, upstream, tg)
-            tg.start_soon(_pump, upstream, client, tg)
-
-
-async def _pump(src: ByteStream, dst: ByteStream, tg: TaskGroup) -> None:
-    try:
-        while True:
-            try:
-                data = await src.receive()
-            except anyio.EndOfStream:
-                break
-            await dst.send(data)
-        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await dst.send_eof()
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        tg.cancel_scope.cancel()
+            channel.close()
+            raise _SetupError(f"proxy socket {socket_path}: {exc}") from None
+    if answer != HANDOFF:
+        channel.close()
+        raise _SetupError(f"the proxy at {socket_path} did not take the bridge's listener")
+    channel.setblocking(False)
+    return channel
 
 
 def _quiet_wakeup_race() -> None:
@@ -309,7 +316,7 @@ def _quiet_wakeup_race() -> None:
     loop.set_exception_handler(handler)
 
 
-async def _bridge(socket_path: str, port: int, cmd: list[str], catch_all: bool) -> int:
+async def _bridge(socket_path: str, channel: socket.socket, cmd: list[str], catch_all: bool) -> int:
     _quiet_wakeup_race()
     sniffer: socket.socket | None = None
     if catch_all:
@@ -328,8 +335,6 @@ async def _bridge(socket_path: str, port: int, cmd: list[str], catch_all: bool) 
             reports.start_soon(_report, socket_path, attempt)
 
         async with anyio.create_task_group() as tg:
-            listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
-            tg.start_soon(listener.serve, functools.partial(_relay, socket_path))
             if sniffer is not None:
                 tg.start_soon(_sniff, sniffer, tracker, found)
             try:
@@ -341,7 +346,7 @@ async def _bridge(socket_path: str, port: int, cmd: list[str], catch_all: bool) 
                 status = await process.wait()
                 returncode = status if status >= 0 else 128 - status
             tg.cancel_scope.cancel()
-        await listener.aclose()
+        channel.close()  # the proxy stops accepting in this namespace
         if sniffer is not None:
             # The kernel answered every attempt before the tool could exit: what is queued
             # now is complete.
@@ -366,10 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _setup_network(args.ip)
+        channel = _hand_over(args.socket, args.port) if args.mode == "bridge" else None
     except _SetupError as exc:
         print(f"{SETUP_MARKER} {exc}", file=sys.stderr)
         return SETUP_FAILED
-    if args.mode == "check":
+    if channel is None:
         try:
             _open_sniffer().close()
         except OSError as exc:
@@ -379,9 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
+        channel.close()
         print(f"{SETUP_MARKER} no command given", file=sys.stderr)
         return SETUP_FAILED
-    return anyio.run(_bridge, args.socket, args.port, cmd, args.catch_all)
+    return anyio.run(_bridge, args.socket, channel, cmd, args.catch_all)
 
 
 if __name__ == "__main__":

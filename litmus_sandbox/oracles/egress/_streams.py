@@ -232,6 +232,25 @@ async def serve(listener: MultiListener[SocketStream], handler: Handler) -> None
             tg.start_soon(_accept, loop, raw, handler, tg)
 
 
+async def serve_socket(raw: socket.socket, handler: Handler, tg: TaskGroup) -> None:
+    """Accept connections on the listening socket ``raw`` (strict mode's bridge hands its
+    own over) until cancelled; ``handler`` serves each in a task of ``tg``, so that they
+    outlive the accepting. ``raw`` stays the caller's to close."""
+    raw.setblocking(False)
+    loop = _on_asyncio()
+    if loop is not None:
+        await _accept(loop, raw, handler, tg)
+        return
+    while True:  # another backend (trio): accept as its listeners do
+        await anyio.wait_readable(raw)
+        try:
+            client, _ = raw.accept()
+        except BlockingIOError:
+            continue
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tg.start_soon(handler, await SocketStream.from_socket(client))
+
+
 async def _accept(
     loop: asyncio.AbstractEventLoop, raw: socket.socket, handler: Handler, tg: TaskGroup
 ) -> None:
