@@ -11,9 +11,14 @@ server sent them; server-sent-event streams (GET streams, POST streams) are rela
 by chunk as they arrive, never buffered whole. DELETE ends the session upstream and its
 episode here.
 
-A POST whose body is a well-formed ``tools/call`` is recorded (``_http_call.py``): its
-policy decides whether it reaches the server, and a real call's response, plain JSON or
-an event stream, is relayed byte for byte, with the stream's events teed into the step.
+A POST whose body is a well-formed ``tools/call`` is recorded (``_http_call.py``): the
+session's relay core (``_relay/``, one ``Relay`` per session) takes it and decides its
+life (forwarding, its answer or task, a cancel, the reply once its step is written), as
+over stdio; its policy decides whether it reaches the server, and a real call's
+response, plain JSON or an event stream, is relayed byte for byte, with the stream's
+events teed into the step. ``tasks/*`` requests about a task the core knows go through
+it too (``_http_tasks.py``). Other requests are relayed (``_http_relay.py``), their
+deadlines and the stop still decided here.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
 gets one per case id it names in ``_meta``, else one per connection (never merged); an
@@ -39,9 +44,9 @@ from anyio.abc import SocketStream, TaskStatus
 from litmus_sandbox import ConfigError, Sandbox
 
 from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
-from ._http_call import HttpToolCall
+from ._http_call import CLIENT_GONE, HttpToolCall
 from ._http_relay import HttpRelay
-from ._http_tasks import CLIENT_GONE, OwnTasks, TaskWait, relay_task_result
+from ._http_tasks import relay_task
 from ._jsonrpc import (
     Message,
     cancelled_request_of,
@@ -49,7 +54,7 @@ from ._jsonrpc import (
     parse,
     tool_call_of,
 )
-from ._relay import DEFAULT_MAX_DEPTH
+from ._relay import DEFAULT_MAX_DEPTH, FinishCall, StartCall, ToClient, ToServer, valid_id
 from ._relay._guard import (
     INVALID_REQUEST,
     MAX_REFUSED,
@@ -79,10 +84,6 @@ class HttpProxy(HttpRelay):
         ConfigError: an upstream that is not an http(s) URL; a bad timeout.
     """
 
-    #: Calls the server made tasks, waiting for their result, by task id.
-    _task_waits: dict[str, TaskWait]
-    _own_tasks: OwnTasks
-
     async def serve(
         self, host: str, port: int, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -109,7 +110,6 @@ class HttpProxy(HttpRelay):
             anyio.create_task_group() as outer,
         ):
             self.sandbox, self.client, self._outer = sandbox, client, outer
-            self._task_waits, self._own_tasks = {}, OwnTasks()
             # Forward the client's headers, and only those: no httpx defaults added
             # (Accept-Encoding, User-Agent...); Host and the body's length are still set.
             for name in list(client.headers):
@@ -330,50 +330,50 @@ class HttpProxy(HttpRelay):
             slot = self._slots.get(key)
             if slot is not None and not slot.opened:
                 self.offer(slot, msg, touch=False)  # lists, pings: a probe's requests too
-        call = tool_call_of(msg)
-        if call is not None:
-            running = HttpToolCall(
-                self,
-                key,
-                down,
-                url,
-                headers,
-                body,
-                msg,
-                *call,
-                tasks=self._task_waits,
-                own_tasks=self._own_tasks,
-            )
-            if running.state.task_requested:
-                await self._task_call(running)
-            else:
-                await running.run()
+        if tool_call_of(msg) is not None:
+            await self._call(down, key, url, headers, body)
             return
-        if msg.method == "notifications/cancelled" and await self._cancel(key, msg, down):
+        if msg.method == "notifications/cancelled" and await self._cancel(key, msg, body, down):
             return
         if (task_id := task_id_of(msg)) is not None and msg.kind == "request":
-            if (own := self._own_tasks.answer(msg, task_id)) is not None:
-                await down.whole(200, b"application/json", own)
-                return
-            wait = self._task_waits.get(task_id)
-            if wait is not None and msg.method == "tasks/result":
-                await relay_task_result(self, down, wait, url, headers, body, msg)
+            core = self.core_of_task(task_id)
+            if core is not None:
+                await relay_task(self, key, core, down, url, headers, body, msg.id)
                 return
         await self.relay(down, "POST", url, headers, body, msg=msg)
 
-    async def _task_call(self, call: HttpToolCall) -> None:
-        """A call the client asked to run as a task runs in a task of the proxy's: once
-        the client has the task, its connection goes on while the step waits."""
+    async def _call(
+        self,
+        down: Downstream,
+        key: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> None:
+        """A well-formed tools/call: the session's core takes it (or refuses it)."""
+        core = self.core(key)
+        actions = self.perform(key, core.from_client(body, anyio.current_time()))
+        start = next((a.pending for a in actions if isinstance(a, StartCall)), None)
+        if start is None:  # refused (an id already in flight)
+            replies = [a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient)]
+            await down.whole(400, b"application/json", replies[0] if replies else b"")
+            return
+        call = HttpToolCall(self, key, down, url, headers, core, start)
+        if not start.task_requested:
+            await call.run()
+            return
+        # A call the client asked to run as a task runs in a task of the proxy's: once
+        # the client has the task, its connection goes on while the step waits.
         broken: list[BaseException] = []
 
         async def run() -> None:
-            self.arrive(call.key, call.down.keys)  # its session is busy until it ends
+            self.arrive(key, down.keys)  # its session is busy until it ends
             try:
                 await call.run()
             except CLIENT_GONE as exc:
                 broken.append(exc)
             finally:
-                self.leave(call.key)
+                self.leave(key)
 
         self._outer.start_soon(run)
         await call.responded.wait()
@@ -400,14 +400,24 @@ class HttpProxy(HttpRelay):
         slot.end_note("refused", list(refused))
         await down.whole(400, b"application/json", refusal_answer(refusal))
 
-    async def _cancel(self, key: str, msg: Message, down: Downstream) -> bool:
-        """Cancel a recorded call the client gave up on; True if answered here."""
+    async def _cancel(self, key: str, msg: Message, body: bytes, down: Downstream) -> bool:
+        """Cancel a recorded call the client gave up on, as the core decides: the call is
+        interrupted; the server hears of it only if it saw the call. True if answered
+        here."""
+        core = self._cores.get(key)
         rid = cancelled_request_of(msg)
-        call = self.calls.get((key, id_key(rid))) if rid is not None else None
-        if call is None:
+        if core is None or not valid_id(rid):
             return False
-        call.scope.cancel()
-        if call.state.forwarded:
+        pending = core.pending.get(id_key(rid))
+        if pending is None or pending.kind != "call":
+            return False  # a relayed request's, or unknown: the server's to hear
+        relayed = False
+        for action in self.perform(key, core.from_client(body, anyio.current_time())):
+            if isinstance(action, FinishCall) and isinstance(action.pending.handle, HttpToolCall):
+                action.pending.handle.finish(action)
+            elif isinstance(action, ToServer):
+                relayed = True
+        if relayed:
             return False  # the server saw the call: it hears of the cancellation too
         await down.whole(202, b"application/json", b"")
         return True

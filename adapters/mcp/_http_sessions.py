@@ -32,6 +32,7 @@ from ._episodes import EpisodeSlot
 from ._http_answer import Waiting, listing_result
 from ._jsonrpc import Message, cancelled_message, case_id_of, listing_request, protocol_version_of
 from ._recording import CallState
+from ._relay import Abort, Action, Note, Offer, Relay
 from ._schema import listed_schemas
 
 PathLike = str | os.PathLike[str]
@@ -137,6 +138,46 @@ class HttpSessions:
         #: Whether the tools were listed (by a client, or by the proxy for itself).
         self.listed = False
         self._learning: anyio.Event | None = None
+        #: Each session's relay core: its recorded calls and tasks, and their decisions.
+        self._cores: dict[str, Relay] = {}
+
+    def core(self, key: str) -> Relay:
+        """The relay core of session ``key`` (created on first use). Its calls' output
+        schemas are the proxy's: one upstream lists the same tools to every session."""
+        core = self._cores.get(key)
+        if core is None:
+            core = self._cores[key] = Relay(
+                timeout=self.timeout, max_message_bytes=self.max_message_bytes
+            )
+            core.schemas = self.output_schemas
+        return core
+
+    def core_of_task(self, task_id: str) -> Relay | None:
+        """The core whose call the task ``task_id`` is (the server's, or the proxy's own):
+        a stateless client's ``tasks/result`` may come on another connection."""
+        for core in self._cores.values():
+            if task_id in core._tasks or task_id in core._own_tasks:
+                return core
+        return None
+
+    def perform(self, key: str, actions: list[Action]) -> list[Action]:
+        """Carry out the core's session actions (the episode's case id, notes, abort);
+        the rest (what goes to a side, a call to run or finish) are returned in order."""
+        rest: list[Action] = []
+        for action in actions:
+            if isinstance(action, Offer):
+                slot = self.slot(key)
+                if not slot.opened:
+                    slot.offer_case_id(action.case_id, action.method, touch=False)
+                    if action.version is not None:
+                        slot.note("protocol_version", action.version)
+            elif isinstance(action, Note):
+                self.slot(key).end_note(action.key, action.value)
+            elif isinstance(action, Abort):
+                self.slot(key).abort(action.reason)
+            else:
+                rest.append(action)
+        return rest
 
     def slot(self, key: str, outer: TaskGroup | None = None) -> EpisodeSlot:
         """The episode of a session (or of a stateless case id), created on first use."""
@@ -224,6 +265,7 @@ class HttpSessions:
 
     async def _end_session(self, key: str) -> None:
         self._presence.pop(key, None)
+        self._cores.pop(key, None)
         slot = self._slots.pop(key, None)
         if slot is None:
             return
@@ -281,6 +323,11 @@ class HttpSessions:
         self, url: str, headers: list[tuple[bytes, bytes]], request_id: Any, reason: str
     ) -> None:
         """Tell the server the proxy gave up on ``request_id`` (best effort, bounded)."""
-        body = cancelled_message(request_id, reason)
+        await self.notify_upstream(url, headers, cancelled_message(request_id, reason))
+
+    async def notify_upstream(
+        self, url: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """POST a notification of the proxy's to the server (best effort, bounded)."""
         with anyio.move_on_after(2), contextlib.suppress(httpx.HTTPError):
             await (await self.client.post(url, headers=headers, content=body)).aclose()

@@ -586,3 +586,33 @@ async def test_a_stop_does_not_wait_for_a_stream_kept_open_after_its_answer(
     (step,) = calls(episode)
     assert step.meta["mcp"]["reply"] == "relay"  # answered before the stop: not interrupted
     assert step.actual is None
+
+
+async def test_a_call_whose_id_is_already_in_flight_is_refused(
+    tmp_path: Path, upstream: str
+) -> None:
+    """The session's relay core holds one request per id: a second call with the id of
+    one still running gets an error and never reaches the server."""
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Session-Id": "dup"}
+    async with proxied(tmp_path, upstream, 2) as (proxy, client):
+        async with anyio.create_task_group() as tg:
+            first: list[Any] = []
+
+            async def hang() -> None:
+                first.append(
+                    (await client.post("/mcp", json=call(5, "hang"), headers=headers)).json()
+                )
+
+            tg.start_soon(hang)
+            with anyio.fail_after(5):
+                # ASYNC110: the condition is the proxy's call table; no event for it.
+                while not any(k[0] == "session:dup" for k in proxy.calls):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            again = await client.post("/mcp", json=call(5, "echo"), headers=headers)
+        RELEASE.set()
+    assert again.status_code == 400
+    assert again.json()["error"]["code"] == -32600
+    assert "already in flight" in again.json()["error"]["message"]
+    assert first[0]["error"]["code"] == -32001  # the first still got its own answer
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.tool == "hang"
