@@ -9,6 +9,12 @@ ids, baseline sides and candidate sides, where a side is one verdict, a list of 
 :func:`~litmus_sandbox._core.gate.compare_case` does; a single-epoch legacy pair that
 passes every check is decided inline, because a suite can hold millions of them.
 
+A single-epoch legacy pair that does not pass is decided by ``compare_case`` once per
+kind: its outcome and reasons depend only on the two provenances and safeties (no
+exclusion, no unknown provenance key), so they are kept per kind (up to a few thousand
+kinds) and shared by the cases of that kind. The tally, likewise, reads once per tuple of
+reasons which codes and plan lists it stands for.
+
 :class:`SuiteTally` keeps what a summary needs and nothing per case but the re-baseline
 plan: outcome counts, reason codes (once per case), the cases ``--strict-oracle`` blocks
 on, and a plan entry for each unresolved case. The decider tallies every case it
@@ -22,7 +28,14 @@ import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from litmus_sandbox._core.gate import ANNOTATIONS, OUTCOMES, CaseResult, Outcome, compare_case
+from litmus_sandbox._core.gate import (
+    ANNOTATIONS,
+    OUTCOMES,
+    CaseResult,
+    Outcome,
+    Reason,
+    compare_case,
+)
 from litmus_sandbox._core.summary import (
     GateSummary,
     PlanEntry,
@@ -38,6 +51,8 @@ Side = AnyVerdict | list[AnyVerdict] | None
 _REBASE: Outcome = "NEEDS_REBASELINE"
 _RERUN: Outcome = "NEEDS_RERUN"
 _outcome = operator.attrgetter("outcome")
+#: Kinds of cases (and of reasons) kept at most, each: past this, they are forgotten.
+_KEPT = 4096
 _code = operator.attrgetter("code")
 
 
@@ -58,6 +73,8 @@ class SuiteTally:
         self._rerun_candidate: list[PlanEntry] = []
         self._calls = 0
         self._exact = True
+        #: Reasons -> (their codes, the plan's codes, the plan's remedies): see _kind.
+        self._kinds: dict[tuple[Reason, ...], _Kind] = {}
 
     def count(self, outcomes: Iterable[str]) -> None:
         self._counts.update(outcomes)
@@ -66,20 +83,23 @@ class SuiteTally:
         self._counts["PASS"] += n
 
     def note(self, results: Iterable[CaseResult]) -> None:
+        kinds = self._kinds
         for r in results:
             if not r.reasons:
                 continue
-            codes = set(map(_code, r.reasons))
+            kind = kinds.get(r.reasons)
+            if kind is None:
+                if len(kinds) > _KEPT:
+                    kinds.clear()
+                kind = kinds[r.reasons] = _kind(r.reasons)
+            codes, settling, remedies = kind
             self._reasons.update(codes)
             if "oracle_contradicts_judge" in codes and r.outcome != "EXCLUDED":
                 self._blocking += 1
             if r.outcome == _REBASE or r.outcome == _RERUN:
-                self._plan(r)
+                self._plan(r, settling, remedies)
 
-    def _plan(self, r: CaseResult) -> None:
-        settling = [x for x in r.reasons if x.remedy is not None and x.code not in ANNOTATIONS]
-        remedies = {x.remedy for x in settling}
-        codes = tuple(sorted({x.code for x in settling}))
+    def _plan(self, r: CaseResult, codes: tuple[str, ...], remedies: frozenset[str]) -> None:
         if "rerun_candidate" in remedies:
             self._rerun_candidate.append(PlanEntry(case_id=r.case_id, reasons=codes))
         if "rerun_baseline" in remedies:
@@ -146,6 +166,12 @@ class CaseDecider:
         self._plain = plain
         #: Exclusions that named a case decided so far.
         self.matched: set[str] = set()
+        #: (baseline provenance, candidate's, safeties) -> (outcome, reasons) of legacy
+        #: pairs that do not pass (see the module docstring).
+        self._decided: dict[
+            tuple[LegacyProvenance, LegacyProvenance, bool, bool],
+            tuple[Outcome, tuple[Reason, ...]],
+        ] = {}
 
     def decide(
         self, keys: Sequence[str], bs: Sequence[Side], cs: Sequence[Side]
@@ -184,6 +210,7 @@ class CaseDecider:
         plain = self._plain
         exclusions = self._exclusions
         legacy = LegacyVerdict
+        decided = self._decided
         for key, b, c in zip(keys, bs, cs, strict=True):
             # Exact types only (a subclass takes the general path). Equal provenance structs
             # compare all four fields at C speed; then only the baseline's need be known.
@@ -209,6 +236,28 @@ class CaseDecider:
                         )
                     )
                     continue
+                elif (
+                    not b.unknown_provenance and not c.unknown_provenance and key not in exclusions
+                ):
+                    # Decided once per kind of pair (see the module docstring).
+                    kind_key = (bp, c.provenance, b.safe, c.safe)
+                    kind = decided.get(kind_key)
+                    if kind is None:
+                        if len(decided) > _KEPT:
+                            decided.clear()
+                        result = self._compare(key, b, c)
+                        decided[kind_key] = (result.outcome, result.reasons)
+                    else:
+                        result = CaseResult(
+                            case_id=key,
+                            outcome=kind[0],
+                            reasons=kind[1],
+                            baseline=(b,),
+                            candidate=(c,),
+                        )
+                    add(result)
+                    checked.append(result)
+                    continue
             result = self._compare(key, b, c)
             add(result)
             checked.append(result)
@@ -226,6 +275,20 @@ class CaseDecider:
     def unknown_exclusions(self) -> list[str]:
         """Exclusions that named no case decided."""
         return [k for k in self._exclusions if k not in self.matched]
+
+
+_Kind = tuple[frozenset[str], tuple[str, ...], frozenset[str]]
+
+
+def _kind(reasons: tuple[Reason, ...]) -> _Kind:
+    """The codes of ``reasons``, and the codes and remedies of those that settle the case
+    (what the re-baseline plan lists)."""
+    settling = [x for x in reasons if x.remedy is not None and x.code not in ANNOTATIONS]
+    return (
+        frozenset(map(_code, reasons)),
+        tuple(sorted({x.code for x in settling})),
+        frozenset(x.remedy for x in settling if x.remedy is not None),
+    )
 
 
 def _known(p: LegacyProvenance) -> bool:
