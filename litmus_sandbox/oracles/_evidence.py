@@ -242,12 +242,15 @@ class Evidence:
     def resolve(self, raw: Any, dir_fd: Any = None) -> str | None:
         """The absolute path an event names, its directory resolved (symlinks followed);
         None for what is not a file a tool leaves behind."""
-        if isinstance(raw, int):  # an open descriptor (fchmod, ftruncate)
+        if type(raw) is str:  # the usual case, first: this runs at every write a tool makes
+            path = raw
+        elif isinstance(raw, int):  # an open descriptor (fchmod, ftruncate)
             try:
                 return os.readlink(f"/proc/self/fd/{raw}")
             except OSError:
                 return None
-        path = os.fsdecode(os.fspath(raw))
+        else:
+            path = os.fsdecode(os.fspath(raw))
         if not path.startswith("/"):
             at = os.getcwd() if dir_fd in _NO_DIR_FD else os.readlink(f"/proc/self/fd/{dir_fd}")
             path = f"{at}/{path}"
@@ -255,20 +258,21 @@ class Evidence:
         if name in ("", ".", ".."):
             real = os.path.realpath(path)
         else:
-            real = f"{self._real_dir(parent).rstrip('/')}/{name}"
+            under = self._real_dirs.get(parent)
+            real = (under if under is not None else self._real_dir(parent)) + name
         if real.startswith(_SKIPPED) and not real.startswith(_KEPT):
             return None
         return real
 
     def _real_dir(self, parent: str) -> str:
-        """``parent`` resolved, kept for the call (a tool writes many files in few
-        directories): three system calls whatever its depth, where ``realpath`` takes one
-        per component."""
+        """``parent`` resolved, ending in ``/``, kept for the call (a tool writes many
+        files in few directories): three system calls whatever its depth, where
+        ``realpath`` takes one per component."""
         real = self._real_dirs.get(parent)
         if real is None and self._known_dir is not None and self._known_dir(parent):
             # A real folder of the root's snapshot: no system call. (Replaced by a link
             # during the call, it is caught when the call ends: _attribution.follow_links.)
-            real = self._real_dirs[parent] = parent
+            real = self._real_dirs[parent] = parent.rstrip("/") + "/"
         if real is None:
             try:
                 fd = os.open(parent or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -279,7 +283,7 @@ class Evidence:
                     real = os.readlink(f"/proc/self/fd/{fd}")
                 finally:
                     os.close(fd)
-            self._real_dirs[parent] = real
+            real = self._real_dirs[parent] = real.rstrip("/") + "/"
         return real
 
 

@@ -59,6 +59,13 @@ class Reach:
         ]
         self.root = trees[0][0] if trees else ""
         self._ignored = tuple(p.rstrip("/") for p in ignored)
+        # What ``covered`` asks from the audit hook, at every write a tool makes: one
+        # string test for the root watched whole (its usual case), C-level tests for the
+        # paths left out.
+        top = self._trees[0] if self._trees else None
+        self._whole_root = top[0] if top is not None and not top[2] and top[3] is None else None
+        self._ignored_set = frozenset(self._ignored)
+        self._ignored_under = tuple(p + "/" for p in self._ignored)
 
     def locate(self, path: str) -> tuple[int, str] | None:
         """(index of the tree, path relative to its top) of the tree that holds ``path``."""
@@ -74,11 +81,13 @@ class Reach:
         return None
 
     def ignored(self, path: str) -> bool:
-        return any(path == p or path.startswith(p + "/") for p in self._ignored)
+        return path in self._ignored_set or path.startswith(self._ignored_under)
 
     def covered(self, path: str) -> bool:
         """Whether a snapshot knows ``path``'s state (or it is one of ours): the audit hook
         need not keep its state before."""
+        if self._whole_root is not None and path.startswith(self._whole_root):
+            return True
         return self.ignored(path) or self.locate(path) is not None
 
     def effect_path(self, path: str) -> str:
@@ -210,6 +219,10 @@ class Attributor:
 def _through_a_link(snap: Snapshot, rel: str) -> bool:
     """Whether a folder on the way to ``rel`` is a link in ``snap`` (it was made one)."""
     parent = rel.rpartition("/")[0]
+    if parent in snap.dirs:
+        # Listed: a snapshot lists only folders it reached through folders (one made a
+        # link is no longer listed), so no link is on the way. The usual case, at once.
+        return False
     while parent:
         entry = snap.get_entry(parent)
         if entry is not None and entry.kind == "symlink":
