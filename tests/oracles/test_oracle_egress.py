@@ -900,6 +900,66 @@ async def test_an_unreachable_upstream_looks_the_same_through_the_proxy() -> Non
     ]
 
 
+def _linger_zero(stream: ByteStream) -> None:
+    """Make closing ``stream`` send a reset."""
+    sock = stream.extra(SocketAttribute.raw_socket)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+async def test_a_reset_inside_a_tunnel_resets_the_other_side() -> None:
+    """An upstream that resets an open tunnel resets the client's connection (not a clean
+    close, which would read as a complete answer), and the flow says so; a client that
+    resets its side has the upstream's reset in turn."""
+    log = Log()
+    upstream_saw: list[str] = []
+    saw = anyio.Event()
+
+    async def resetting(stream: ByteStream) -> None:
+        async with stream:
+            first = await stream.receive()
+            if first == b"reset me":
+                _linger_zero(stream)
+                return
+            try:
+                await stream.receive()
+                upstream_saw.append("eof")
+            except anyio.EndOfStream:
+                upstream_saw.append("eof")
+            except anyio.BrokenResourceError:
+                upstream_saw.append("reset")
+            saw.set()
+
+    async def through(proxy: ForwardProxy, port: int) -> ByteStream:
+        stream = await anyio.connect_tcp("127.0.0.1", proxy.port)
+        await stream.send(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % port)
+        assert (await stream.receive()).startswith(b"HTTP/1.1 200")
+        return stream
+
+    with anyio.fail_after(10):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = int(listener.extra(SocketAttribute.local_port))
+        async with listener, anyio.create_task_group() as tg, ForwardProxy(None, log) as proxy:
+            tg.start_soon(listener.serve, resetting)
+            client = await through(proxy, port)
+            await client.send(b"reset me")
+            with pytest.raises(anyio.BrokenResourceError):
+                await client.receive()
+            await client.aclose()
+            client = await through(proxy, port)
+            await client.send(b"then I reset")
+            await anyio.sleep(0.1)  # the upstream has it, and waits for more
+            _linger_zero(client)
+            await client.aclose()
+            flows = await log.settled(2)
+            await saw.wait()
+            tg.cancel_scope.cancel()
+    assert upstream_saw == ["reset"]
+    assert [(f.status, f.error) for f in flows] == [
+        (200, "Connection reset by peer"),
+        (200, None),  # the client's own reset is no failure of the upstream
+    ]
+
+
 async def test_proxy_relays_close_delimited_responses() -> None:
     """An HTTP/1.0-style body that ends when the server closes is relayed to the end, and
     the client is told the connection closes too."""

@@ -8,7 +8,10 @@ tunnel cannot be stubbed without decrypting it) it is answered 403 and recorded 
 hands the connection over: :attr:`~._downstream.Downstream.trailing` holds what the
 client sent past the head) and relays bytes both ways until both sides close, counting
 each way. A target that cannot be reached resets the client's connection (closes it, on
-a timeout), as without the proxy, and the flow records why (``error``).
+a timeout), as without the proxy, and the flow records why (``error``). So does an
+upstream that resets the tunnel once it is open: the client's connection is reset too,
+not closed, and the flow's ``error`` says so; a client that resets its side has the
+upstream's reset in turn.
 
 The client's first flight is held until the TLS ClientHello in it is whole: its SNI
 server name (read by :func:`~._http_wire.parse_sni`, never decrypted) is recorded, and
@@ -18,6 +21,8 @@ upstream. A name no rule covers is not refused: the CONNECT target decided that.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from contextlib import suppress
 
@@ -29,11 +34,14 @@ from litmus_sandbox._config.egress import EgressPolicy, denied_body
 from litmus_sandbox.oracles.egress._downstream import CHUNK, Downstream
 from litmus_sandbox.oracles.egress._flow import EgressFlow, EgressSink, close_flow
 from litmus_sandbox.oracles.egress._http_wire import Abort, Reset, parse_sni, split_authority
+from litmus_sandbox.oracles.egress._streams import reset
 from litmus_sandbox.oracles.egress._upstream import CONNECTION_LOST, connect, unreachable
 
 #: What ends a tunnel when either side raises it.
 CLOSED = (*CONNECTION_LOST, anyio.IncompleteRead)
 _ESTABLISHED = h11.Response(status_code=200, headers=[], reason=b"Connection established")
+#: A tunnel's ``error`` when its upstream reset it (the system's words, as for a refusal).
+UPSTREAM_RESET = os.strerror(errno.ECONNRESET)
 _NO_STUB = b"(a stub cannot answer inside a tunnel: use plain http or the in-process transport)\n"
 
 
@@ -86,6 +94,8 @@ async def tunnel(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_pump_client, down.stream, first, upstream, flow, tg, sni_denied)
                 tg.start_soon(_pump_upstream, upstream, down.stream, flow, tg)
+            if flow.error is not None:
+                raise Reset  # the upstream reset the tunnel: so is the client's connection
     finally:
         close_flow(flow, sink)
 
@@ -116,8 +126,11 @@ async def _pump_client(
                     data = await src.receive(CHUNK)
                 except anyio.EndOfStream:
                     if hello:  # the client ended before a whole ClientHello: pass what it sent
-                        await dst.send(bytes(hello))
+                        await _to_upstream(dst, bytes(hello), flow)
                     break
+                except CLOSED:
+                    reset(dst)  # the client reset its side: the upstream sees the same
+                    raise
             flow.request_bytes += len(data)
             if sniffing:
                 hello += data
@@ -133,11 +146,19 @@ async def _pump_client(
                     return
                 data = bytes(hello)
                 hello.clear()
-            await dst.send(data)
+            await _to_upstream(dst, data, flow)
         with suppress(*CLOSED):
             await dst.send_eof()  # half-close: let the server finish its side
     except CLOSED:
         tg.cancel_scope.cancel()  # a reset on either side ends the whole tunnel
+
+
+async def _to_upstream(upstream: ByteStream, data: bytes, flow: EgressFlow) -> None:
+    try:
+        await upstream.send(data)
+    except CLOSED:
+        flow.error = UPSTREAM_RESET
+        raise
 
 
 async def _pump_upstream(src: ByteStream, dst: ByteStream, flow: EgressFlow, tg: TaskGroup) -> None:
@@ -147,6 +168,9 @@ async def _pump_upstream(src: ByteStream, dst: ByteStream, flow: EgressFlow, tg:
                 data = await src.receive(CHUNK)
             except anyio.EndOfStream:
                 break
+            except CLOSED:
+                flow.error = UPSTREAM_RESET
+                raise
             flow.response_bytes += len(data)
             await dst.send(data)
         with suppress(*CLOSED):
