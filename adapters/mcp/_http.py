@@ -117,6 +117,7 @@ class HttpProxy(HttpRelay):
             try:
                 async with listener, anyio.create_task_group() as tg:
                     tg.start_soon(self._stop_when_asked, tg.cancel_scope)
+                    tg.start_soon(self.watch_deadlines)
                     task_status.started(bound)
                     await listener.serve(self._connection, task_group=tg)
             finally:

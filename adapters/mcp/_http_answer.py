@@ -107,25 +107,47 @@ class Unanswered(Exception):
     answer cannot be relayed (``cut_off``: why the server was; ``invalid_utf8``)."""
 
     def __init__(
-        self, *, cut_off: str | None = None, invalid_utf8: bool = False, mid_event: bool = False
+        self,
+        *,
+        cut_off: str | None = None,
+        invalid_utf8: bool = False,
+        mid_event: bool = False,
+        reply: bytes | None = None,
     ) -> None:
         super().__init__(cut_off or "no answer")
         self.cut_off = cut_off
         self.invalid_utf8 = invalid_utf8
+        #: The answer the relay core gave the client instead (its deadline passed).
+        self.reply = reply
         #: Whether part of an event (or of an encoded stream) already went to the client.
         self.mid_event = mid_event
 
 
 class Waiting:
     """A relayed request waiting for its answer. Only its waits for the server are
-    bounded (by ``deadline``) and cut by a stop, never its writes to the client."""
+    bounded (by ``deadline``, or by the relay core: :meth:`expire`) and cut by a stop,
+    never its writes to the client."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(
+        self,
+        deadline: float,
+        url: str = "",
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         self.deadline = deadline
+        #: Where the request went (a cancellation follows it there).
+        self.url = url
+        self.headers = headers or []
         self._scope: anyio.CancelScope | None = None
         self._stopped = False
+        self._reply: bytes | None = None
         #: Set once the relay is over (the client has its answer, or an error).
         self.done = anyio.Event()
+
+    def expire(self, reply: bytes) -> None:
+        """The relay core gave up on the request: the client gets ``reply`` instead."""
+        self._reply = reply
+        self.stop()
 
     async def upstream(self, awaitable: Awaitable[T]) -> T:
         """``await awaitable``, within the deadline. Raises Unanswered past it or on stop."""
@@ -137,7 +159,7 @@ class Waiting:
                 return await awaitable
             finally:
                 self._scope = None
-        raise Unanswered
+        raise Unanswered(reply=self._reply)
 
     def stop(self) -> None:
         self._stopped = True
@@ -171,9 +193,14 @@ class EventWatch:
         """Bytes of the event being read (held until it ends)."""
         return self._splitter.buffered()
 
-    def answered(self, chunk: bytes, request_id: Any) -> bool:
+    def answered(self, chunk: bytes, request_id: Any) -> bytes | None:
+        """The data of the event answering ``request_id`` if ``chunk`` completes it
+        (``b""``: the stream turned unreadable, which stops the wait); else None."""
         try:
             plain = self._decode(chunk)
         except zlib.error:
-            return True  # unreadable after all: stop waiting rather than cut it
-        return any(answers(event, request_id) for event in self._splitter.feed(plain))
+            return b""  # unreadable after all: stop waiting rather than cut it
+        for event in self._splitter.feed(plain):
+            if answers(event, request_id):
+                return event_data(event)
+        return None

@@ -1,13 +1,24 @@
 """The HTTP proxy's relay: one request forwarded, its response streamed back untouched.
 
+Theory of operation
+-------------------
 Status, reason, headers and body bytes go back as the server sent them; an event stream
-is relayed chunk by chunk as it arrives, never buffered whole. A JSON-RPC request waits
-for its answer at most the proxy's timeout (see ``HttpRelay.relay``); a ``tools/list``
-answer relayed teaches the proxy the tools' output schemas.
+is relayed chunk by chunk as it arrives, never buffered whole. A JSON-RPC request (other
+than ``initialize``, whose session is not known until it is answered) goes through its
+session's relay core, as over stdio: ``Relay.from_client`` tracks it and sets its
+deadline, its answer is fed back (``Relay.from_server``: a ``tools/list`` teaches the
+core the tools' output schemas, an answer in invalid UTF-8 becomes the core's error),
+and the core's clock (``Relay.expire``, driven by :meth:`HttpRelay.watch_deadlines`)
+gives up on one the server leaves unanswered: the client gets ``-32001``, the server
+``notifications/cancelled``, the episode ends aborted. Only waiting for the server
+counts, never writing to the client; a stop with a reason answers ``-32000``. An answer
+on an event stream is relayed as it comes (the core sees a copy); over an encoding this
+proxy cannot read, the headers count as the answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import anyio
@@ -23,27 +34,30 @@ from ._http_answer import (
     read_bounded,
 )
 from ._http_sessions import HttpSessions
-from ._jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT, Message, error_message, no_answer
-from ._relay._guard import INTERNAL_ERROR
-from ._schema import output_schemas
+from ._jsonrpc import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    Message,
+    error_message,
+    id_key,
+    no_answer,
+    parse,
+)
+from ._relay import CutOff, Relay, ToClient, ToServer, valid_id
+from ._relay._states import Pending, State
 from ._sse import encode_event
 
-#: A tools/list answer larger than this is relayed without learning schemas from it.
-_MAX_LISTING = 8 << 20
+#: An initialize answer larger than this is relayed without reading it.
+_MAX_READ = 8 << 20
 
-
-def _whole_message(raw: bytes) -> bool:
-    """Whether a JSON answer may reach the client: JSON, or at least valid UTF-8 (the
-    client's to read); only invalid UTF-8 is held back."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+#: The relayed request the core tracks: its session key, core and pending request.
+Tracked = tuple[str, Relay, Pending]
 
 
 class HttpRelay(HttpSessions):
     """The HTTP proxy's relaying of everything it does not record."""
+
+    _deadlines: anyio.CancelScope | None = None
 
     async def relay(
         self,
@@ -55,66 +69,53 @@ class HttpRelay(HttpSessions):
         *,
         msg: Message | None = None,
     ) -> None:
-        """Forward one request and stream its response back, bytes untouched.
-
-        A JSON-RPC request waits for its answer at most ``timeout`` seconds: for the
-        server's JSON answer, or for the event answering it on a stream (the rest of that
-        stream is the server's to keep open). Only waiting for the server counts, never
-        writing to the client. Past that, the client gets ``-32001``, the server
-        ``notifications/cancelled``, and the episode ends aborted, as over stdio; a stop
-        with a reason answers ``-32000``.
-        """
-        wait = None
+        """Forward one request and stream its response back, bytes untouched (see the
+        module's theory of operation)."""
+        wait, tracked = None, None
         if msg is not None and msg.kind == "request":
-            deadline = math.inf if self.timeout is None else anyio.current_time() + self.timeout
-            wait = Waiting(deadline)
+            if msg.method != "initialize" and valid_id(msg.id):
+                key = self.key_for(headers, msg, down.conn_id)
+                core = self.core(key)
+                actions = self.perform(key, core.from_client(body, anyio.current_time()))
+                if not any(isinstance(a, ToServer) for a in actions):
+                    replies = [a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient)]
+                    await down.whole(400, b"application/json", replies[0] if replies else b"")
+                    return
+                pending = core.pending[id_key(msg.id)]
+                wait = pending.handle = Waiting(math.inf, url, headers)
+                tracked = (key, core, pending)
+                self._arm(core)
+            else:
+                deadline = math.inf if self.timeout is None else anyio.current_time() + self.timeout
+                wait = Waiting(deadline)
             self._waiting.add(wait)
         request = self.client.build_request(method, url, headers=headers, content=body)
         try:
-            await self._relay(down, request, headers, msg, wait)
+            await self._relay(down, request, headers, msg, wait, tracked)
         except Unanswered as unanswered:
             assert msg is not None
-            await self._unanswered(down, url, headers, msg, unanswered)
+            await self._unanswered(down, msg, unanswered)
         finally:
             if wait is not None:
                 self._waiting.discard(wait)
                 wait.done.set()
+            if tracked is not None:
+                _settle(tracked)
 
-    async def _unanswered(
-        self,
-        down: Downstream,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        msg: Message,
-        unanswered: Unanswered,
-    ) -> None:
-        """A relayed request the server left unanswered: stopped early, timed out, or
-        cut off (its answer broke a limit)."""
-        mid_event = unanswered.mid_event
-        slot = self._slots.get(self.key_for(headers, msg, down.conn_id))
-        if unanswered.cut_off is not None:
+    async def _unanswered(self, down: Downstream, msg: Message, unanswered: Unanswered) -> None:
+        """A relayed request the server left unanswered: stopped early, timed out (the
+        core's answer), or cut off (its answer broke a limit)."""
+        if unanswered.reply is not None:
+            reply = unanswered.reply  # the core gave up: it told the server, aborted
+        elif unanswered.cut_off is not None:
             reason = unanswered.cut_off
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}")
-            # A session to record, even one that only listed: the server failed it.
-            slot = slot or self.slot(self.key_for(headers, msg, down.conn_id))
-            slot.abort(reason)
-        elif unanswered.invalid_utf8:
-            text = "litmus-sandbox: the MCP server answered in invalid UTF-8"
-            reply = error_message(msg.id, INTERNAL_ERROR, text)
-            key = self.key_for(headers, msg, down.conn_id)
-            self._invalid[key] = dropped = self._invalid.get(key, 0) + 1
-            if slot is not None:
-                slot.end_note("dropped_from_server", {"invalid_utf8": dropped})
         elif self.stop_reason is not None:
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stop_reason}")
-        else:
+        else:  # initialize (no session yet, and it cannot be cancelled)
             reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
-            if msg.method != "initialize":  # no session yet; and it cannot be cancelled
-                if slot is not None:
-                    slot.abort(reason)
-                await self.cancel_upstream(url, headers, msg.id, reason)
-        if mid_event:
+        if unanswered.mid_event:
             # Half an event (or an encoded stream) went out: nothing more can be said on
             # it; the connection is dropped, which the client sees as the end.
             raise anyio.BrokenResourceError("no answer can follow half an event")
@@ -132,6 +133,7 @@ class HttpRelay(HttpSessions):
         headers: list[tuple[bytes, bytes]],
         msg: Message | None,
         wait: Waiting | None,
+        tracked: Tracked | None,
     ) -> None:
         rid = msg.id if msg is not None and msg.kind == "request" else None
         try:
@@ -160,18 +162,16 @@ class HttpRelay(HttpSessions):
             status = response.status_code
             out_headers = forwardable(response.headers.raw)
             reason = response.reason_phrase.encode("latin-1")
-            listing = msg is not None and msg.method == "tools/list" and response.is_success
-            listing = listing or opening is not None  # the answer is read (a copy) too
             seen = bytearray()
             if wait is not None and not ctype.startswith("text/event-stream"):
                 # One JSON answer: read it whole from the server (bounded), then pass it on.
                 raw = await wait.upstream(read_bounded(response, self.max_message_bytes))
                 wait = None
-                if encoding in ("identity", "") and not _whole_message(raw):
-                    raise Unanswered(invalid_utf8=True)
+                if tracked is not None:
+                    raw = self._answered(tracked, raw, encoding)
                 await down.start(status, out_headers, reason)
                 await down.body(raw)
-                seen += raw[:_MAX_LISTING]
+                seen += raw[:_MAX_READ]
             else:
                 await down.start(status, out_headers, reason)
                 # On a stream, the request is answered by one of its events; an encoding
@@ -191,27 +191,89 @@ class HttpRelay(HttpSessions):
                             unanswered.mid_event = events is None or events.mid_event
                             raise
                         await down.body(chunk)
-                        if listing and len(seen) < _MAX_LISTING:
+                        if opening is not None and len(seen) < _MAX_READ:
                             seen += chunk
-                        if wait is not None and events is not None and events.answered(chunk, rid):
+                        if wait is None or events is None:
+                            continue
+                        if (data := events.answered(chunk, rid)) is not None:
+                            if tracked is not None and data:
+                                # The core sees a copy (the event is the client's already).
+                                with contextlib.suppress(Unanswered):
+                                    self._answered(tracked, data, "identity")
                             wait.done.set()  # the client has its answer: a stop need not wait
                             events, wait = None, None  # the rest is the server's to keep open
-                        elif events is not None and events.buffered > self.max_message_bytes:
+                        elif events.buffered > self.max_message_bytes:
                             why = f"the MCP server sent an event over {self.max_message_bytes} bytes: cut off"
                             raise Unanswered(cut_off=why, mid_event=True)
                 except httpx.HTTPError:
                     pass  # the server dropped the stream: end ours where it ended
             await down.end()
-            if listing and msg is not None and len(seen) < _MAX_LISTING:
+            if opening is not None and len(seen) < _MAX_READ:
                 plain = decoded(bytes(seen), response.headers.get("content-encoding"))
-                if plain is not None:
-                    result = listing_result(plain, ctype, msg.id)
-                    if opening is not None:
-                        if isinstance(result, dict):
-                            opening.touch()  # the handshake completed: a session to record
-                    else:
-                        self.output_schemas.update(output_schemas(result))
-                        self.listed = True
+                if plain is not None and isinstance(listing_result(plain, ctype, rid), dict):
+                    opening.touch()  # the handshake completed: a session to record
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+    def _answered(self, tracked: Tracked, raw: bytes, encoding: str) -> bytes:
+        """Feed the core a tracked request's answer; what the client gets (the server's
+        bytes, or the core's error for one in invalid UTF-8).
+
+        Raises:
+            Unanswered: the core cut the server off (the answer broke a limit).
+        """
+        key, core, _ = tracked
+        plain = decoded(raw, encoding)
+        if plain is None:
+            return raw  # an encoding this proxy cannot read: relayed unseen
+        line = plain if plain.endswith(b"\n") else plain + b"\n"
+        shown = raw
+        for action in self.perform(key, core.from_server(line, anyio.current_time())):
+            if isinstance(action, CutOff):
+                raise Unanswered(cut_off=action.reason)
+            if isinstance(action, ToClient) and action.data != line:
+                shown = action.data.rstrip(b"\n")  # the core's own answer instead
+        if core.listed:
+            self.listed = True  # the tools were listed: their schemas are known
+        return shown
+
+    def _arm(self, core: Relay) -> None:
+        """Wake the deadline watcher by the core's earliest deadline."""
+        scope = self._deadlines
+        if scope is not None and core.next_deadline < scope.deadline:
+            scope.deadline = core.next_deadline
+
+    async def watch_deadlines(self) -> None:
+        """Feed each session's core the clock at its earliest deadline (one timer for
+        all), and carry out what it decides for the requests it gave up on."""
+        while True:
+            nxt = min((c.next_deadline for c in self._cores.values()), default=math.inf)
+            with anyio.CancelScope(deadline=nxt) as self._deadlines:
+                await anyio.sleep_forever()
+            now = anyio.current_time()
+            for key, core in list(self._cores.items()):
+                if core.next_deadline <= now:
+                    self._expire(key, core, now)
+
+    def _expire(self, key: str, core: Relay, now: float) -> None:
+        wait: Waiting | None = None
+        for action in self.perform(key, core.expire(now)):
+            if isinstance(action, ToClient):  # an error for a request given up on
+                pending = core.pending.get(id_key(parse(action.data).id))
+                wait = pending.handle if pending is not None else None
+                if isinstance(wait, Waiting):
+                    wait.expire(action.data.rstrip(b"\n"))
+            elif isinstance(action, ToServer) and isinstance(wait, Waiting):
+                # ... and the server is told (its cancellation follows the request).
+                self._outer.start_soon(self.notify_upstream, wait.url, wait.headers, action.data)
+
+
+def _settle(tracked: Tracked) -> None:
+    """The exchange is over: over HTTP an answer only comes on its request's response,
+    so one the core still waits for will never come (a batch of answers, a stream the
+    server dropped, a stop): it is given up, with no deadline left to fire."""
+    _, core, pending = tracked
+    if core.pending.get(pending.key) is pending and pending.state is State.AT_SERVER:
+        pending.deadline = None
+        core.give_up(pending)

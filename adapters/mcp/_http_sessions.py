@@ -123,8 +123,6 @@ class HttpSessions:
         self._presence: dict[str, Presence] = {}
         #: What each session sent that was refused (see ``HttpProxy._refuse``).
         self._refused: dict[str, list[dict[str, Any]]] = {}
-        #: Answers in invalid UTF-8 each session was not given (an error instead).
-        self._invalid: dict[str, int] = {}
         self._connections = 0  # client connections accepted (each gets the next number)
         self._stopping = anyio.Event()
         #: Why the proxy was stopped early (a signal), or None.

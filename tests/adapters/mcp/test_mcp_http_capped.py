@@ -198,7 +198,7 @@ async def test_hostile_http_peers_never_take_the_capped_proxy_down(
     for name in ("flood_json", "flood_event", "deep"):
         error = answer(got[name])
         assert (error["id"], error["error"]["code"]) == (1, -32000), name
-    assert (listed.status_code, listed.content.count(b"[")) == (200, 100_000)  # relayed
+    assert answer(listed)["error"]["code"] == -32000  # a relayed request's answer too
     assert answer(flooded)["error"]["code"] == -32000
     # Invalid UTF-8 never reaches the client: the call fails, saying so.
     for name in ("bad_utf8", "bad_utf8_event"):
@@ -228,7 +228,7 @@ async def test_hostile_http_peers_never_take_the_capped_proxy_down(
     )
     assert reasons["lists"] == (
         "aborted",
-        f"the MCP server sent an answer over {LIMIT} bytes: cut off",
+        "the MCP server sent a message nested deeper than 128 levels",
     )
     assert reasons["client_deep"] == (
         "aborted",
