@@ -1,4 +1,9 @@
-"""The table report, for terminals: the cases that need a look, then the totals."""
+"""The table report, for terminals: the cases that need a look, then the totals.
+
+A case whose sides are one legacy verdict each (or none) shows only its outcome, reasons
+and safeties beside its case id: the rest of its row is kept per kind (up to a few
+thousand kinds), so the many such cases of a legacy suite are not rendered one by one.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from litmus_sandbox._core.gate import OUTCOMES, CaseResult, step_diff
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._model.records import LegacyVerdict
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     RANKS,
@@ -44,38 +50,50 @@ class TableWriter(Writer):
 
     def write(self, results: Sequence[CaseResult]) -> None:
         rows: dict[int, list[tuple[str, str, list[str]]]] = {}
+        kept = _legacy_rows
+        width = self._width
         for case in results:
             if not shown(case):
                 continue
             case_id = _one_line(case.case_id)
-            self._width = max(self._width, len(case_id))
-            more: list[str] = []
-            diff = step_diff(case)
-            if diff is not None and (
-                diff.first_differing_step is not None
-                or diff.candidate_only_steps
-                or diff.baseline_only_steps
-            ):
-                parts = []
-                if diff.first_differing_step is not None:
-                    parts.append(f"first differing step {diff.first_differing_step}")
-                if diff.baseline_only_steps:
-                    parts.append(f"baseline-only steps {_ranges(diff.baseline_only_steps)}")
-                if diff.candidate_only_steps:
-                    parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
-                more.append(f"steps: {'; '.join(parts)}")
-            more.extend(evidence_lines(case))
-            for r in case.reasons:
-                remedy = f" -> {r.remedy}" if r.remedy else ""
-                more.append(f"{r.code}: {r.detail}{remedy}")
-            row = (
-                case_id,
-                f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}",
-                more,
-            )
-            rows.setdefault(rank(case), []).append(row)
+            if len(case_id) > width:
+                width = len(case_id)
+            key = _legacy_kind(case)
+            row = kept.get(key) if key is not None else None
+            if row is None:
+                row = self._row(case)
+                if key is not None:
+                    if len(kept) > 4096:
+                        kept.clear()
+                    kept[key] = row
+            rows.setdefault(row[0], []).append((case_id, row[1], row[2]))
+        self._width = width
         for place, ranked in rows.items():  # one write a rank
             self.spool.write(place, _encoder.encode_lines(ranked))
+
+    def _row(self, case: CaseResult) -> tuple[int, str, list[str]]:
+        """``case``'s rank, the rest of its first line and its further lines."""
+        more: list[str] = []
+        diff = step_diff(case)
+        if diff is not None and (
+            diff.first_differing_step is not None
+            or diff.candidate_only_steps
+            or diff.baseline_only_steps
+        ):
+            parts = []
+            if diff.first_differing_step is not None:
+                parts.append(f"first differing step {diff.first_differing_step}")
+            if diff.baseline_only_steps:
+                parts.append(f"baseline-only steps {_ranges(diff.baseline_only_steps)}")
+            if diff.candidate_only_steps:
+                parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
+            more.append(f"steps: {'; '.join(parts)}")
+        more.extend(evidence_lines(case))
+        for r in case.reasons:
+            remedy = f" -> {r.remedy}" if r.remedy else ""
+            more.append(f"{r.code}: {r.detail}{remedy}")
+        first = f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}"
+        return rank(case), first, more
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         out, width = self.out, self._width
@@ -125,6 +143,33 @@ class TableWriter(Writer):
 
     def _text(self, block: str) -> bytes:
         return text(block if self._paint is None else self._paint(block))
+
+
+#: (outcome, reasons, baseline safety, candidate's; None: no verdict) -> a row's rank,
+#: the rest of its first line and its further lines (see the module docstring).
+_legacy_rows: dict[
+    tuple[str, tuple[Reason, ...], bool | None, bool | None], tuple[int, str, list[str]]
+] = {}
+
+
+def _legacy_kind(
+    case: CaseResult,
+) -> tuple[str, tuple[Reason, ...], bool | None, bool | None] | None:
+    """What ``case``'s row shows besides its case id, if its sides are one legacy verdict
+    each or none (then no step diff and no step evidence); None for any other case."""
+    bs, cs = case.baseline, case.candidate
+    if len(bs) > 1 or len(cs) > 1:
+        return None
+    b = c = None
+    if bs:
+        if type(bs[0]) is not LegacyVerdict:
+            return None
+        b = bs[0].safe
+    if cs:
+        if type(cs[0]) is not LegacyVerdict:
+            return None
+        c = cs[0].safe
+    return case.outcome, case.reasons, b, c
 
 
 def render_table(report: GateReport, **kw: Any) -> str:

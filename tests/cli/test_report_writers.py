@@ -142,3 +142,27 @@ def test_legacy_cases_encode_by_their_kept_rest_as_whole(
         assert lines[:-1] == [
             '{"kind":"case",' + case_json(case).decode()[1:] for case in report.cases
         ]
+
+
+@given(
+    st.lists(st.tuples(_odd_ids, st.booleans(), st.sampled_from(["j1", None])), max_size=12),
+    st.lists(st.tuples(_odd_ids, st.booleans(), st.sampled_from(["j1", "j2"])), max_size=12),
+)
+def test_legacy_rows_of_the_table_are_the_rows_rendered_one_by_one(
+    b: list[tuple[str, bool, str | None]], c: list[tuple[str, bool, str]]
+) -> None:
+    """The rest of a legacy case's row, kept per kind, is the row rendered for it."""
+    from litmus_sandbox.reports import _table
+
+    report = gate(
+        [legacy(k, s, judge_version=j) for k, s, j in b],
+        [legacy(k, s, judge_version=j) for k, s, j in c],
+    )
+    kept = reports.render(report, "table")
+    again = reports.render(report, "table")  # every row from what was kept
+    kind = _table._legacy_kind
+    try:
+        _table._legacy_kind = lambda case: None  # none kept
+        assert kept == again == reports.render(report, "table")
+    finally:
+        _table._legacy_kind = kind
