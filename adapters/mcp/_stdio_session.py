@@ -96,13 +96,14 @@ class Session(CallSession):
 
     def stop(self, reason: str) -> None:
         """End the session early (a signal): the episode ends ``aborted`` with ``reason``
-        (unless an earlier reason stands, or the client had finished cleanly), and each
-        request still waiting gets an error."""
+        (unless an earlier reason stands, the client had finished cleanly, or it only
+        probed the server: then there is no episode), and each request still waiting
+        gets an error."""
         if self._stopped is None:
             self._stopped = reason
             self._stop_actions = self._core.stop(reason)
-        if self._slot_made and not self._core.clean:
-            self._slot.abort(reason)
+        if self._slot_made and not self._core.clean and self._core.engaged:
+            self._slot.abort(reason)  # a probe (never engaged) has no episode to abort
         if hasattr(self, "_stop_scope"):
             self._stop_scope.cancel()
 

@@ -455,13 +455,14 @@ class Relay(Tasks, Guard):
 
     def stop(self, reason: str) -> list[Action]:
         """End the session early: every request still waiting gets an error, the episode
-        ends aborted - unless the client had already finished cleanly."""
+        ends aborted - unless the client had already finished cleanly, or the session
+        never engaged (a probe that its client then signals is no run to abort)."""
         if self.stopped is not None:
             return []
         self.stopped = reason
         if self.clean:
             return []
-        actions: list[Action] = [Abort(reason, say=False)]
+        actions: list[Action] = [Abort(reason, say=False)] if self.engaged else []
         live = [p for p in self.pending.values() if p.state is not State.ABANDONED]
         for p in live:
             if p.call is not None:

@@ -290,6 +290,17 @@ def test_a_connection_that_only_probed_is_not_an_episode(d: Driver) -> None:
     assert d.relay.engaged  # the handshake completed
 
 
+def test_a_stop_after_only_a_probe_aborts_no_episode(d: Driver) -> None:
+    """TS SDK v2 probes ``server/discover`` on a sibling process, then signals it: that
+    connection was never a run, so its stop has no episode to abort."""
+    d.client_says(req(1, "server/discover"))
+    d.server_says(answer(1, supportedVersions=["2026-07-28"]))
+    d.client_says(req(2, "initialize"))  # not answered yet: still no session
+    actions = d.run(d.relay.stop("the proxy was stopped by SIGTERM"))
+    assert d.aborted == []
+    assert [e["id"] for e in to_client(actions)] == [2]  # what waits is still answered
+
+
 def test_listings_teach_output_schemas(d: Driver) -> None:
     d.client_says(req(1, "tools/list"))
     schema = {"type": "object"}
