@@ -17,8 +17,10 @@ life (forwarding, its answer or task, a cancel, the reply once its step is writt
 over stdio; its policy decides whether it reaches the server, and a real call's
 response, plain JSON or an event stream, is relayed byte for byte, with the stream's
 events teed into the step. ``tasks/*`` requests about a task the core knows go through
-it too (``_http_tasks.py``). Other requests are relayed (``_http_relay.py``), their
-deadlines and the stop still decided here.
+it too (``_http_tasks.py``), and so does every other JSON-RPC request relayed but
+``initialize`` (``_http_relay.py``: its deadline, its answer). A stop with a reason is
+the cores' ``stop``: the error each gives a request still waiting goes to that
+request's exchange.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
 gets one per case id it names in ``_meta``, else one per connection (never merged); an
@@ -44,6 +46,7 @@ from anyio.abc import SocketStream, TaskStatus
 from litmus_sandbox import ConfigError, Sandbox
 
 from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
+from ._http_answer import Waiting
 from ._http_call import CLIENT_GONE, HttpToolCall
 from ._http_relay import HttpRelay
 from ._http_tasks import relay_task
@@ -148,14 +151,14 @@ class HttpProxy(HttpRelay):
         await self._stopping.wait()
         reason = self.stop_reason
         if reason is not None:
+            self._stop_cores(reason)
             for key, slot in self._slots.items():
                 # A session whose client is gone finished cleanly; a probe records nothing.
                 if not self.gone(key) and (slot.touched or slot.opened):
                     slot.abort(reason)
             running = list(self.calls.values())
             for call in running:
-                call.state.stopped = reason  # its reply says why (see CallState.finalize)
-                call.scope.cancel()
+                call.stop(None)  # told by its core, unless it had left the core's table
             waiting = [wait for wait in self._waiting if not wait.done.is_set()]
             for wait in waiting:
                 wait.stop()  # each answers its client (see relay)
@@ -165,6 +168,25 @@ class HttpProxy(HttpRelay):
                 for wait in waiting:
                     await wait.done.wait()
         scope.cancel()
+
+    def _stop_cores(self, reason: str) -> None:
+        """A signal: each session's core stops (a session whose client is gone finished
+        cleanly); the error it gives each request still waiting goes to that request's
+        exchange (a call's, or a relayed request's)."""
+        now = anyio.current_time()
+        for key, core in list(self._cores.items()):
+            if self.gone(key):
+                core.client_closed(now)
+            handles = {p.key: p.handle for p in core.pending.values()}
+            for action in self.perform(key, core.stop(reason)):
+                if not isinstance(action, ToClient):
+                    continue
+                handle = handles.get(id_key(parse(action.data).id))
+                reply = action.data.rstrip(b"\n")
+                if isinstance(handle, HttpToolCall):
+                    handle.stop(reply)
+                elif isinstance(handle, Waiting):
+                    handle.expire(reply)
 
     async def _connection(self, stream: SocketStream) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_message_bytes)

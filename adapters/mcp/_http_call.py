@@ -106,6 +106,15 @@ class HttpToolCall:
         else:
             self.scope.cancel()  # recorded interrupted by call_with
 
+    def stop(self, reply: bytes | None) -> None:
+        """A signal stops the proxy: the call is interrupted and the client gets
+        ``reply`` (its core's error; None: the core no longer held it, the reply is
+        the step's), which its step says it was told."""
+        if reply is not None:
+            self._reply = reply
+        self.state.stopped = self.state.stopped or self.proxy.stop_reason
+        self.scope.cancel()
+
     async def run(self) -> None:
         try:
             async with self.exchange:
@@ -166,7 +175,8 @@ class HttpToolCall:
             self.answered.set()
 
     async def _recorded(self) -> None:
-        """The step is written: the core says the reply, and what else follows."""
+        """The step is written: the core says the reply, and what else follows (after
+        a stop, the core said it already: ``stop``)."""
         for action in self.proxy.perform(self.key, self.core.recorded(self.pending)):
             if isinstance(action, ToClient):
                 self._reply = action.data.rstrip(b"\n")
@@ -188,12 +198,12 @@ class HttpToolCall:
             # Cancelled by the client: the server's stream goes on as the server keeps it.
             self.answered.set()
             await exchange.release_rest()
-        elif state.reply_kind in ("result", "error") and self._reply:
+        elif state.reply_kind in ("result", "error") and (reply := self._reply or state.reply):
             if down.started:
-                await down.body(encode_event(self._reply))
+                await down.body(encode_event(reply))
                 await down.end()
             else:
-                await down.whole(200, b"application/json", self._reply)
+                await down.whole(200, b"application/json", reply)
         elif down.started:
             await down.end()  # interrupted: close the stream, nothing to say
         # An interrupted call with nothing sent leaves the response unsent: the

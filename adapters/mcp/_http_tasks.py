@@ -77,6 +77,8 @@ async def relay_task_result(
     """
     stop = Waiting(math.inf)
     proxy._waiting.add(stop)
+    if (pending := core.pending.get(id_key(request_id))) is not None:
+        pending.handle = stop  # the core's error reaches it (a stop)
     try:
         async with Exchange(
             proxy.client, down, url, headers, body, request_id, max_bytes=proxy.max_message_bytes
@@ -90,9 +92,12 @@ async def relay_task_result(
                     return
                 await _say(down, request_id, str(exc))
                 return
-            except Unanswered:
+            except Unanswered as unanswered:
                 _give_up(core, request_id)
-                await _say(down, request_id, proxy.stop_reason or "the proxy stopped")
+                if unanswered.reply is not None:
+                    await _send(down, unanswered.reply)  # the core's own error
+                else:
+                    await _say(down, request_id, proxy.stop_reason or "the proxy stopped")
                 return
             line = raw if raw.endswith(b"\n") else raw + b"\n"
             actions = proxy.perform(key, core.from_server(line, anyio.current_time()))
@@ -117,7 +122,10 @@ def _give_up(core: Relay, request_id: Any) -> None:
 
 
 async def _say(down: Downstream, request_id: Any, reason: str) -> None:
-    reply = error_message(request_id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}")
+    await _send(down, error_message(request_id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}"))
+
+
+async def _send(down: Downstream, reply: bytes) -> None:
     with anyio.move_on_after(2, shield=True):
         if down.started:
             await down.body(encode_event(reply))
