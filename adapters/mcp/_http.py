@@ -58,14 +58,7 @@ from ._jsonrpc import (
     tool_call_of,
 )
 from ._relay import DEFAULT_MAX_DEPTH, FinishCall, StartCall, ToClient, ToServer, valid_id
-from ._relay._guard import (
-    INVALID_REQUEST,
-    MAX_REFUSED,
-    Refusal,
-    refusal_answer,
-    refusal_of,
-    refusal_record,
-)
+from ._relay._guard import INVALID_REQUEST, Refusal, refusal_answer, refusal_of
 from ._relay._limits import too_deep
 from ._relay._tasks import task_id_of
 
@@ -271,15 +264,9 @@ class HttpProxy(HttpRelay):
         key = self.key_for(raw_headers, parse(b""), down.conn_id)
         self.arrive(key, down.keys)
         try:
-            why = f"a message over {self.max_message_bytes} bytes"
-            slot = self.slot(key)
-            slot.touch()
-            refused = self._refused.setdefault(key, [])
-            if len(refused) < MAX_REFUSED:
-                refused.append({"request_id": None, "reason": why, "bytes": size})
-            slot.end_note("refused", list(refused))
-            slot.abort(f"the client sent {why}")
-            body = refusal_answer(Refusal(None, INVALID_REQUEST, why))
+            self.slot(key).touch()
+            actions = self.perform(key, self.core(key).client_too_long(size))
+            body = b"".join(a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient))
             headers = [
                 (b"Content-Type", b"application/json"),
                 (b"Content-Length", str(len(body)).encode()),
@@ -306,17 +293,8 @@ class HttpProxy(HttpRelay):
         path = urlsplit(target).path
         if method == "POST" and path == self.endpoint:
             msg = parse(body)
-            deep = too_deep(body, DEFAULT_MAX_DEPTH)
-            if deep:
-                why = f"a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
-                refusal: Refusal | None = Refusal(None, INVALID_REQUEST, why)
-            else:
-                refusal = refusal_of(body, msg)
-            if refusal is not None:
-                if deep:  # as over stdio: the episode ends aborted, saying why
-                    slot = self.slot(self.key_for(raw_headers, msg, down.conn_id))
-                    slot.abort(f"the client sent {refusal.reason}")
-                await self._refuse(down, raw_headers, msg, body, refusal)
+            if too_deep(body, DEFAULT_MAX_DEPTH) or refusal_of(body, msg) is not None:
+                await self._refuse(down, raw_headers, msg, body)
                 return
             key = self.key_for(raw_headers, msg, down.conn_id)
             self.arrive(key, down.keys)
@@ -409,19 +387,21 @@ class HttpProxy(HttpRelay):
         raw_headers: list[tuple[bytes, bytes]],
         msg: Message,
         body: bytes,
-        refusal: Refusal,
     ) -> None:
-        """What could invoke a tool but cannot be recorded as a call (see ``_relay/_guard.py``):
-        it never reaches the server; the client gets 400 with the JSON-RPC error, and the
-        session's end record keeps it in ``meta["mcp"]["refused"]``."""
+        """What could invoke a tool but cannot be recorded as a call, or nests too deep:
+        the session's core refuses it (``_relay/_guard.py``): it never reaches the server;
+        the client gets 400 with the JSON-RPC error (one with no id for a message that
+        has none: an HTTP request always gets an answer), the session's end record keeps
+        it in ``meta["mcp"]["refused"]``, and one nested too deep aborts the episode."""
         key = self.key_for(raw_headers, msg, down.conn_id)
-        slot = self.slot(key)
-        slot.touch()
-        refused = self._refused.setdefault(key, [])
-        if len(refused) < MAX_REFUSED:
-            refused.append(refusal_record(body, refusal.request_id, refusal.reason))
-        slot.end_note("refused", list(refused))
-        await down.whole(400, b"application/json", refusal_answer(refusal))
+        self.slot(key).touch()
+        actions = self.perform(key, self.core(key).from_client(body, anyio.current_time()))
+        replies = [a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient)]
+        if not replies:  # a notification (or the core has stopped): answered all the same
+            why = f"a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
+            refusal = refusal_of(body, msg) or Refusal(None, INVALID_REQUEST, why)
+            replies = [refusal_answer(refusal)]
+        await down.whole(400, b"application/json", replies[0])
 
     async def _cancel(self, key: str, msg: Message, body: bytes, down: Downstream) -> bool:
         """Cancel a recorded call the client gave up on, as the core decides: the call is

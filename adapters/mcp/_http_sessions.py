@@ -122,8 +122,6 @@ class HttpSessions:
         #: Seconds a session's client may be gone before its episode ends (None: never).
         self.session_grace = session_grace
         self._presence: dict[str, Presence] = {}
-        #: What each session sent that was refused (see ``HttpProxy._refuse``).
-        self._refused: dict[str, list[dict[str, Any]]] = {}
         self._connections = 0  # client connections accepted (each gets the next number)
         self._stopping = anyio.Event()
         #: Why the proxy was stopped early (a signal), or None.
