@@ -4,8 +4,9 @@ The matrix: @modelcontextprotocol/server-everything over stdio and streamable HT
 @modelcontextprotocol/server-filesystem over stdio, each with the Python SDK (2.3), the
 TypeScript SDK v1 (1.32) and v2 (2.3, version negotiation on) as client, running a
 scripted session (``tests/mcp_servers/clients``: lists, calls including ones that fail,
-a resource, a prompt, ping, progress, a cancelled call, a task) direct and proxied; and
-the MCP Inspector CLI's ``tools/list`` and ``tools/call``. Each proxied session must
+a resource, a prompt, ping, progress, a cancelled call, a task) direct and proxied;
+TS SDK v2 against mcp-server-git in the 2026-07-28 revision; and the MCP Inspector
+CLI's ``tools/list`` and ``tools/call``. Each proxied session must
 give the client the same transcript (ids and ``_meta`` aside), record every tools/call
 once as ``real``, and leave one episode, ``complete`` after the SDK's own shutdown
 (stdio: stdin closed, 2 s, SIGTERM; HTTP: the client just leaves, or sends DELETE).
@@ -39,7 +40,7 @@ from test_mcp_clients_helpers import (
     read_episodes,
     run_session,
 )
-from test_mcp_helpers import PROXY, node_server, one_episode
+from test_mcp_helpers import PROXY, git_server, node_server, one_episode
 
 from litmus_sandbox.oracles.fs._probe import is_tripwire_effect
 
@@ -92,15 +93,27 @@ FILESYSTEM_PLAN: list[dict[str, Any]] = [
 FILESYSTEM_OUTCOMES = {3: "result", 4: "result", 5: "result", 6: "tool_error", 8: "tool_error"}
 
 
+async def make_repo(path: Path, files: dict[str, str]) -> None:
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    await anyio.run_process([*git, "init", "-q", "-b", "main"])
+    for name, text in files.items():
+        (path / name).write_text(text)
+    await anyio.run_process([*git, "add", *files])
+    await anyio.run_process([*git, "commit", "-q", "-m", "first"])
+    (path / "b.txt").write_text("two\n")
+
+
 def in_plan(plan: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
     loaded: list[dict[str, Any]] = json.loads(json.dumps(plan).replace("<root>", str(root)))
     return loaded
 
 
-def by_client(sessions: list[Session]) -> dict[str, tuple[Session, Session]]:
+def by_client(
+    sessions: list[Session], clients: tuple[str, ...] = CLIENTS
+) -> dict[str, tuple[Session, Session]]:
     """client -> (direct, proxied)."""
     pairs: dict[str, tuple[Session, Session]] = {}
-    for client in CLIENTS:
+    for client in clients:
         direct, proxied = sorted(
             (s for s in sessions if s.client == client), key=lambda s: s.proxied
         )
@@ -109,15 +122,24 @@ def by_client(sessions: list[Session]) -> dict[str, tuple[Session, Session]]:
 
 
 async def stdio_sessions(
-    tmp_path: Path, server: list[str], plan: list[dict[str, Any]], *options: str
+    tmp_path: Path,
+    server: list[str],
+    plan: list[dict[str, Any]],
+    *options: str,
+    repo: dict[str, str] | None = None,
+    only: str | None = None,
 ) -> dict[str, tuple[Session, Session]]:
-    """Every client, direct and proxied, all at once; the server gets the root last."""
+    """Every client, direct and proxied, all at once, each with a root of its own (the
+    server's ``<root>`` argument; with ``repo``, a git repository committing those
+    files, and an untracked ``b.txt``); ``only``: that client alone."""
     sessions: list[Session] = []
 
     async def one(client: str, proxied: bool) -> None:
         tmp = tmp_path / f"{client}-{'proxied' if proxied else 'direct'}"
         root = tmp / "root"
         root.mkdir(parents=True)
+        if repo is not None:
+            await make_repo(root, repo)
         command = [str(root) if c == "<root>" else c for c in server]
         if proxied:
             command = [*proxy_args(tmp, "--root", str(root), *options), "--", *command]
@@ -129,11 +151,12 @@ async def stdio_sessions(
             session.episodes = read_episodes(tmp)
         sessions.append(session)
 
+    clients = CLIENTS if only is None else (only,)
     async with anyio.create_task_group() as tg:
-        for client in CLIENTS:
+        for client in clients:
             for proxied in (False, True):
                 tg.start_soon(one, client, proxied)
-    return by_client(sessions)
+    return by_client(sessions, clients)
 
 
 def check_everything(direct: Session, proxied: Session) -> None:
@@ -180,6 +203,36 @@ async def test_server_filesystem_over_stdio(tmp_path: Path) -> None:
         write = recorded[1]
         effects = {(e.op, e.path) for e in write.effects.fs if not is_tripwire_effect(e)}
         assert effects == {("created", "new.txt")}, client
+
+
+GIT_PLAN: list[dict[str, Any]] = [
+    {"op": "tools/list"},
+    {"op": "resources/list"},
+    {"op": "prompts/list"},
+    {"op": "call", "name": "git_status", "arguments": {"repo_path": "<root>"}},
+    {"op": "call", "name": "git_status", "arguments": {"repo_path": "/"}},  # outside
+    {"op": "call", "name": "no_such_tool", "arguments": {}},  # a protocol error here
+    {"op": "ping"},  # removed in 2026-07-28: TS SDK v2 refuses to send it
+]
+GIT_OUTCOMES = {3: "result", 4: "tool_error", 5: "protocol_error"}
+
+
+async def test_ts_sdk_v2_speaks_the_2026_revision_through_the_proxy(tmp_path: Path) -> None:
+    """mcp-server-git speaks 2026-07-28: TS SDK v2 negotiates it, after a probe on a
+    sibling process (a second proxy, which records nothing). Only v2 here: a Python
+    server and proxy per process make this cell CPU-bound, and the Python SDK's 2026
+    session through the proxy is test_mcp_real_servers.py's."""
+    git = [*git_server(), "--repository", "<root>"]
+    files = {"a.txt": "one\n"}
+    pairs = await stdio_sessions(tmp_path, git, GIT_PLAN, "--no-watch-fs", repo=files, only="v2")
+    direct, proxied = pairs["v2"]
+    assert proxied.transcript == direct.transcript
+    assert direct.transcript["initialize"]["protocolVersion"] == "2026-07-28"
+    steps = direct.transcript["steps"]
+    assert "b.txt" in steps[3]["result"]["content"][0]["text"]
+    assert steps[4]["result"]["isError"]
+    assert steps[5]["error"]["code"] == -32602
+    check_recording(proxied, GIT_PLAN, GIT_OUTCOMES)
 
 
 def free_port() -> int:

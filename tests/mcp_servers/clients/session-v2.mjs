@@ -20,7 +20,7 @@ const client = new Client(
   { name: "litmus-session-v2", version: "2.0.0" },
   {
     capabilities: { roots: {} },
-    ...(negotiation ? { versionNegotiation: { mode: negotiation, probe: { timeoutMs: 5000 } } } : {}),
+    ...(negotiation ? { versionNegotiation: { mode: negotiation } } : {}),
   },
 );
 client.setRequestHandler("roots/list", () => ROOTS);
