@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 import h11
 
-from litmus_sandbox import ConfigError
+from litmus_sandbox import ConfigError, OpenCall
 
 from ._downstream import Downstream
 from ._http_exchange import CutOff, Exchange, Undecodable
@@ -95,6 +95,7 @@ class HttpToolCall:
         self.cut_off: str | None = None
         self._reply: bytes = b""
         self._result: FinishCall | None = None
+        self._how = "interrupted"
         self._result_came = anyio.Event()
 
     def finish(self, action: FinishCall) -> None:
@@ -104,7 +105,8 @@ class HttpToolCall:
             self._result = action
             self._result_came.set()
         else:
-            self.scope.cancel()  # recorded interrupted by call_with
+            self._how = action.how  # timed out (the core's deadline), or interrupted
+            self.scope.cancel()
 
     def stop(self, reply: bytes | None) -> None:
         """A signal stops the proxy: the call is interrupted and the client gets
@@ -133,22 +135,30 @@ class HttpToolCall:
         try:
             with self.scope:
                 ep = await slot.recorder()
+                call = ep.begin_call(pending.tool, pending.args)
                 if (
-                    state.output_schema is None
+                    call is None
+                    and state.output_schema is None
                     and not proxy.listed
                     and ep.sandbox.policy.for_tool(pending.tool).mode in ANSWERED_BY_THE_PROXY
                 ):
                     await proxy.learn_schemas(self.url, self.headers, parse(state.request))
                     state.output_schema = proxy.output_schemas.get(pending.tool)
                 try:
-                    await ep.call_with(
-                        lambda _t, _a: self._forward(),
-                        pending.tool,
-                        pending.args,
-                        finalize=functools.partial(
-                            state.finalize, cap=ep.sandbox.max_result_bytes, whole=ep.whole_shown
-                        ),
-                    )
+                    if call is not None:
+                        pending.inline = True
+                        await self._run_inline(call, ep.sandbox.max_result_bytes)
+                    else:
+                        await ep.call_with(
+                            lambda _t, _a: self._forward(None),
+                            pending.tool,
+                            pending.args,
+                            finalize=functools.partial(
+                                state.finalize,
+                                cap=ep.sandbox.max_result_bytes,
+                                whole=ep.whole_shown,
+                            ),
+                        )
                 except ConfigError:
                     if not ep.ended:
                         raise
@@ -173,6 +183,23 @@ class HttpToolCall:
         finally:
             proxy.calls.pop(call_key, None)
             self.answered.set()
+
+    async def _run_inline(self, call: OpenCall, cap: int) -> None:
+        """A plain real call, with no task or timer of its own (``begin_call``): the core
+        keeps its deadline and says how it ended, as over stdio."""
+        finalize = functools.partial(self.state.finalize, cap=cap)
+        try:
+            shown = await self._forward(call.limit)
+        except anyio.get_cancelled_exc_class():
+            if self._how == "timed_out" and call.limit is not None:
+                call.timed_out(finalize)  # the core's expire said so
+            else:
+                call.interrupted(finalize)  # cancelled by the client, a stop, a DELETE
+            raise
+        except Exception as exc:  # recorded and shown as a runner's exception would be
+            call.failed(exc, finalize)
+        else:
+            call.done(shown, finalize)
 
     async def _recorded(self) -> None:
         """The step is written: the core says the reply, and what else follows (after
@@ -209,12 +236,15 @@ class HttpToolCall:
         # An interrupted call with nothing sent leaves the response unsent: the
         # connection closes, which is all a client that cancelled expects.
 
-    async def _forward(self) -> Any:
+    async def _forward(self, limit: float | None) -> Any:
         """The runner: POST upstream, relay the stream's notifications, return the answer
-        (for a task: the result its tasks/result brings)."""
+        (for a task: the result its tasks/result brings); ``limit``: seconds an inline
+        call may take (the core keeps its deadline)."""
         core, state, exchange = self.core, self.state, self.exchange
-        if core.forward(self.pending, anyio.current_time()) is None:
+        if core.forward(self.pending, anyio.current_time(), limit) is None:
             raise UpstreamGone(core.stopped or core.gone_reason)
+        if limit is not None:
+            self.proxy.arm(core)
         try:
             raw, envelope = await exchange.answer()
         except UpstreamGone as exc:

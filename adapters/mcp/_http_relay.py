@@ -33,6 +33,7 @@ from ._http_answer import (
     listing_result,
     read_bounded,
 )
+from ._http_call import HttpToolCall
 from ._http_sessions import HttpSessions
 from ._jsonrpc import (
     CONNECTION_CLOSED,
@@ -43,7 +44,7 @@ from ._jsonrpc import (
     no_answer,
     parse,
 )
-from ._relay import CutOff, Relay, ToClient, ToServer, valid_id
+from ._relay import CutOff, FinishCall, Relay, ToClient, ToServer, valid_id
 from ._relay._states import Pending, State
 from ._sse import encode_event
 
@@ -56,8 +57,6 @@ Tracked = tuple[str, Relay, Pending]
 
 class HttpRelay(HttpSessions):
     """The HTTP proxy's relaying of everything it does not record."""
-
-    _deadlines: anyio.CancelScope | None = None
 
     async def relay(
         self,
@@ -84,7 +83,7 @@ class HttpRelay(HttpSessions):
                 pending = core.pending[id_key(msg.id)]
                 wait = pending.handle = Waiting(math.inf, url, headers)
                 tracked = (key, core, pending)
-                self._arm(core)
+                self.arm(core)
             else:
                 deadline = math.inf if self.timeout is None else anyio.current_time() + self.timeout
                 wait = Waiting(deadline)
@@ -238,12 +237,6 @@ class HttpRelay(HttpSessions):
             self.listed = True  # the tools were listed: their schemas are known
         return shown
 
-    def _arm(self, core: Relay) -> None:
-        """Wake the deadline watcher by the core's earliest deadline."""
-        scope = self._deadlines
-        if scope is not None and core.next_deadline < scope.deadline:
-            scope.deadline = core.next_deadline
-
     async def watch_deadlines(self) -> None:
         """Feed each session's core the clock at its earliest deadline (one timer for
         all), and carry out what it decides for the requests it gave up on."""
@@ -259,7 +252,9 @@ class HttpRelay(HttpSessions):
     def _expire(self, key: str, core: Relay, now: float) -> None:
         wait: Waiting | None = None
         for action in self.perform(key, core.expire(now)):
-            if isinstance(action, ToClient):  # an error for a request given up on
+            if isinstance(action, FinishCall) and isinstance(action.pending.handle, HttpToolCall):
+                action.pending.handle.finish(action)  # an inline call timed out
+            elif isinstance(action, ToClient):  # an error for a request given up on
                 pending = core.pending.get(id_key(parse(action.data).id))
                 wait = pending.handle if pending is not None else None
                 if isinstance(wait, Waiting):

@@ -73,6 +73,8 @@ class HttpSessions:
     sandbox: Sandbox
     client: httpx.AsyncClient
     _outer: TaskGroup
+    #: The deadline watcher's sleep (woken earlier by ``arm``).
+    _deadlines: anyio.CancelScope | None = None
 
     def __init__(
         self,
@@ -148,6 +150,13 @@ class HttpSessions:
             )
             core.schemas = self.output_schemas
         return core
+
+    def arm(self, core: Relay) -> None:
+        """Wake the deadline watcher (``HttpRelay.watch_deadlines``) by the core's
+        earliest deadline."""
+        scope = self._deadlines
+        if scope is not None and core.next_deadline < scope.deadline:
+            scope.deadline = core.next_deadline
 
     def core_of_task(self, task_id: str) -> Relay | None:
         """The core whose call the task ``task_id`` is (the server's, or the proxy's own):
