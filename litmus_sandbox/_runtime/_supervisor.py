@@ -1,6 +1,6 @@
 """The supervisor of one subprocess tool (``ep.run``), a script run on its own::
 
-    python -I -S _supervisor.py CONTROL_FD ROOT [--pidns] [--watch PATH]... -- CMD...
+    python -I -S _supervisor.py CONTROL_FD ROOT [--pidns] [--wrapped] [--watch PATH]... -- CMD...
     python -I -S _supervisor.py --zygote CONTROL_FD
 
 (the second form starts one supervisor per request by forking itself: see :func:`zygote`).
@@ -22,11 +22,23 @@ fanotify reader of the fs oracle, by path). It
    (the call's output ends when the tool's tree closes it, not this script);
 4. reports on the socket, one JSON object a line: ``ready`` (how it watches),
    ``started`` (the tool's pid), ``fs`` (changes outside ``ROOT``, and attribute changes
-   inside it), ``exit`` (the tool's exit status, once its changes are all told), ``left``
-   (processes still running when it exited), ``killed``;
+   inside it), ``exit`` (the tool's exit status, once its changes are all told),
+   ``left`` (what still runs, when told ``list``: the call has ended), ``killed``;
 5. kills the whole tree (and reports what it killed) when told ``kill``, or when the
    socket closes (the sandbox ended, or died); ends by itself once the tool and everything
    it started have ended.
+
+A listing names what each process is at that moment (``/proc/PID/cmdline`` read then,
+so after an ``exec``), leaves out processes that have ended (zombies included) and is
+read again until two reads agree, so that a child forked a moment ago is named by the
+program it runs, and the middle process of a double fork, which exits at once, is not
+named at all.
+
+``--wrapped``: ``CMD`` is strict egress mode's wrapper (``unshare ... _netns.py bridge
+... -- TOOL``), whose bridge outlives the tool while processes it left run in its
+namespace. The supervisor gives it a pipe (its number in ``LITMUS_SANDBOX_TOOL_EXIT_FD``)
+on which the bridge writes the tool's own exit status: that is the tool's exit, and the
+wrapper's processes (``unshare`` and the bridge) are never listed as left or killed.
 
 Pids are the machine's (read in ``/proc``, which stays the machine's).
 """
@@ -43,9 +55,15 @@ import select
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+#: Where a wrapped command (strict mode's bridge) finds the pipe for the tool's exit status
+#: (the bridge, ``oracles/egress/_netns.py``, names it too).
+TOOL_EXIT_FD = "LITMUS_SANDBOX_TOOL_EXIT_FD"
+#: A listing is read again until two reads agree, at most this many times, this far apart.
+_LIST_READS, _LIST_GAP_S = 10, 0.01
 _CLONE_NEWPID = 0x20000000
 _FANOTIFY = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), os.pardir, "oracles", "fs", "_fanotify.py"
@@ -67,8 +85,9 @@ def _host_pid() -> int:
     return int(os.readlink("/proc/self"))
 
 
-def _table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command) of every process on the machine."""
+def _table(ended: bool = False) -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command) of every process on the machine that runs (and of those
+    that have ended and are not reaped yet too, if ``ended``)."""
     out: dict[int, tuple[int, str]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -82,7 +101,7 @@ def _table() -> dict[int, tuple[int, str]]:
             continue
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
         rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) > 1:
+        if len(rest) > 1 and (ended or rest[0] not in ("Z", "X")):
             out[int(name)] = (int(rest[1]), cmd or stat[stat.find("(") + 1 : stat.rfind(")")])
     return out
 
@@ -95,8 +114,10 @@ def _linked(path: str) -> bool:
         return False
 
 
-def _descendants(top: int) -> list[tuple[int, str]]:
-    table = _table()
+def _descendants(
+    top: int, table: dict[int, tuple[int, str]] | None = None
+) -> list[tuple[int, str]]:
+    table = _table() if table is None else table
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -112,8 +133,17 @@ def _descendants(top: int) -> list[tuple[int, str]]:
 class Supervisor:
     """The init (or subreaper) side: runs the tool, watches, reports, kills."""
 
-    def __init__(self, control: int, root: str, pidns: bool, watch: list[str], outer: int) -> None:
+    def __init__(
+        self,
+        control: int,
+        root: str,
+        pidns: bool,
+        watch: list[str],
+        outer: int,
+        wrapped: bool = False,
+    ) -> None:
         self.control = control
+        self.wrapped = wrapped
         self.root = root.rstrip("/") + "/"
         self.pidns = pidns
         self.me = _host_pid()
@@ -132,7 +162,9 @@ class Supervisor:
             "supervisor": outer,
         }
         self.main: int | None = None
+        self.main_host: int | None = None  # the machine's pid of main
         self.status: int | None = None
+        self.exit_r = -1  # a wrapped command tells the tool's exit status here
 
     def send(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record) + "\n").encode()
@@ -163,14 +195,39 @@ class Supervisor:
             self.watcher.overflow = False
             self.send({"overflow": True})
 
+    def tree(self) -> list[tuple[int, str]]:
+        """(pid, command) of every process below this one but a wrapper's own."""
+        table = _table()
+        found = _descendants(self.me, table)
+        main = self.main_host
+        if not self.wrapped or main is None:
+            return found
+        # unshare, and the bridge it forked
+        return [(pid, cmd) for pid, cmd in found if pid != main and table[pid][0] != main]
+
+    def listing(self) -> list[tuple[int, str]]:
+        """What still runs (see the module docstring): read until two reads agree."""
+        self.reap()
+        seen = self.tree()
+        for _ in range(_LIST_READS):
+            select.select([], [], [], _LIST_GAP_S)
+            self.reap()
+            now = self.tree()
+            if now == seen:
+                break
+            seen = now
+        return seen
+
     def kill_all(self) -> list[tuple[int, str]]:
-        """Kill every process below this one, until none is left; what was killed."""
+        """Kill every process below this one, until none is left; what was killed (a
+        wrapper's own processes are killed, not told)."""
         killed: list[tuple[int, str]] = []
         for _ in range(20):  # a tree that keeps forking is killed in a few rounds
             found = _descendants(self.me)
             if not found:
                 break
-            killed.extend(k for k in found if k not in killed)
+            shown = self.tree()
+            killed.extend(k for k in shown if k not in killed)
             if self.pidns:
                 # Every process of the namespace (and of any below it) but this one; the
                 # pids in /proc are the machine's, not the namespace's.
@@ -206,19 +263,31 @@ class Supervisor:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         os.set_inheritable(self.control, False)
+        env: Mapping[str, str] = os.environ
+        exit_w = -1
+        if self.wrapped:
+            self.exit_r, exit_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            os.set_inheritable(exit_w, True)
+            env = {**os.environ, TOOL_EXIT_FD: str(exit_w)}
         try:
-            main = os.posix_spawnp(cmd[0], cmd, os.environ, setsid=True)
+            main = os.posix_spawnp(cmd[0], cmd, env, setsid=True)
         except OSError as exc:
             self.send({"spawn_error": [exc.errno or 0, exc.strerror or str(exc)]})
             return 127
+        finally:
+            if exit_w >= 0:
+                os.close(exit_w)
         self.main = main
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # the tool's output ends with the tool's tree, not with us
             os.dup2(null, fd)
         os.close(null)
-        self.send({"started": self._host(main)})
+        self.main_host = self._host(main)
+        self.send({"started": self.main_host})
         told = False
         fds = [self.control, wake_r] + ([self.watcher.fileno()] if self.watcher else [])
+        if self.exit_r >= 0:
+            fds.append(self.exit_r)
         while True:
             ready, _, _ = select.select(fds, [], [], 1.0)
             if wake_r in ready:
@@ -228,13 +297,15 @@ class Supervisor:
                             break
                     except BlockingIOError:
                         break
+            if self.exit_r in ready and self.tool_exited():
+                fds.remove(self.exit_r)
+                os.close(self.exit_r)  # told once (or never: the wrapper's exit says it)
+                self.exit_r = -1
             running = self.reap()
             self.changes()
             if self.status is not None and not told:
                 told = True
                 self.send({"exit": self.status})
-                if running:
-                    self.send({"left": _descendants(self.me)})
             if told and not running:
                 return self.status or 0
             if self.control in ready:
@@ -248,12 +319,27 @@ class Supervisor:
                     if data:
                         self.send({"killed": killed})
                     return self.status if self.status is not None else -signal.SIGKILL
+                if b"list" in data:
+                    self.send({"left": self.listing()})
+
+    def tool_exited(self) -> bool:
+        """Read the tool's exit status from a wrapped command's pipe; whether the pipe
+        has said all it will."""
+        try:
+            data = os.read(self.exit_r, 64)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if self.status is None and data.strip().lstrip(b"-").isdigit():
+            self.status = int(data)
+        return True
 
     def _host(self, pid: int) -> int:
         """The machine's pid of our child ``pid`` (its pid in our namespace)."""
         if not self.pidns:
             return pid
-        for child, _ in _descendants(self.me):
+        for child, _ in _descendants(self.me, _table(ended=True)):  # it may have exited
             try:
                 with open(f"/proc/{child}/status", "rb") as f:
                     for line in f:
@@ -266,7 +352,14 @@ class Supervisor:
         return pid
 
 
-def run_one(control: int, root: str, pidns: bool, watch: list[str], cmd: list[str]) -> int:
+def run_one(
+    control: int,
+    root: str,
+    pidns: bool,
+    watch: list[str],
+    cmd: list[str],
+    wrapped: bool = False,
+) -> int:
     """Supervise ``cmd`` (this process has the tool's stdio, and ``control`` the socket)."""
     libc = ctypes.CDLL(None, use_errno=True)
     outer = os.getpid()
@@ -286,7 +379,7 @@ def run_one(control: int, root: str, pidns: bool, watch: list[str], cmd: list[st
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     else:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    code = Supervisor(control, root, pidns, watch, outer).run(cmd)
+    code = Supervisor(control, root, pidns, watch, outer, wrapped).run(cmd)
     return code if code >= 0 else 128 - code
 
 
@@ -337,7 +430,14 @@ def _forked(request: dict[str, Any], fds: list[int]) -> int:
         with contextlib.suppress(OSError):
             os.write(control, json.dumps({"spawn_error": [exc.errno or 0, str(exc)]}).encode())
         return 127
-    return run_one(control, request["root"], request["pidns"], request["watch"], request["cmd"])
+    return run_one(
+        control,
+        request["root"],
+        request["pidns"],
+        request["watch"],
+        request["cmd"],
+        bool(request.get("wrapped")),
+    )
 
 
 def _reap_all() -> None:
@@ -352,7 +452,7 @@ def main(argv: list[str]) -> int:
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
     watch = [opts[i + 1] for i, o in enumerate(opts) if o == "--watch"]
-    return run_one(int(opts[0]), opts[1], "--pidns" in opts, watch, cmd)
+    return run_one(int(opts[0]), opts[1], "--pidns" in opts, watch, cmd, "--wrapped" in opts)
 
 
 if __name__ == "__main__":

@@ -206,11 +206,14 @@ class Subprocesses:
             cap=self.cap,
             root=self._real_root,
             watch=self._watch if audit.collecting() else (),
+            wrapped=strict,
+            tool=cmd,
         )
         await run.start(self._tg, await self._the_zygote())
         self._runs.setdefault(episode_id, []).append(run)
         try:
             await run.wait()
+            left = await run.list_left() if run.lingering else []
         except BaseException:
             killed = await run.kill()  # cancelled (a timeout), or it could not start
             if facts is not None and killed:
@@ -219,8 +222,8 @@ class Subprocesses:
         finally:
             if not run.lingering:
                 self._forget(episode_id, run)
-        if facts is not None and run.left:
-            facts["left_running"] = run.left
+        if facts is not None and left:
+            facts["left_running"] = left
         out, err = bytes(run.stdout.head), bytes(run.stderr.head)
         if strict and run.exit_code == SETUP_FAILED and SETUP_MARKER.encode() in err:
             lines = err.decode(errors="replace").splitlines()
@@ -269,7 +272,7 @@ class Subprocesses:
         for run in self._runs.pop(episode_id, []):
             killed = await run.kill()
             if killed:
-                out.append({"cmd": run.cmd, "pid": run.pid, "killed": killed})
+                out.append({"cmd": run.tool, "pid": run.pid, "killed": killed})
         return out
 
 

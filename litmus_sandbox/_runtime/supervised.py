@@ -13,7 +13,8 @@ since a tool may leave processes running after it exits:
   still print is read and dropped (they never block on a full pipe);
 * the reports: how the tree is watched (``ready``), what it changed on the filesystem
   (``fs``: process evidence, handed to the evidence the call collects), the tool's exit
-  status (``exit``), what it left running (``left``) and what was killed (``killed``).
+  status (``exit``), what it left running (``left``, asked for when the call ends:
+  :meth:`SupervisedRun.list_left`) and what was killed (``killed``).
 
 The call ends when the tool's own process exits (and its last changes are told), not when
 its output closes: a child holding stdout open does not hold the call. Its output is then
@@ -109,6 +110,9 @@ class SupervisedRun:
         root: the sandbox root, resolved (changes inside it are the snapshots' business).
         watch: paths whose filesystems the supervisor watches for process evidence
             (empty: none, as when no call collects evidence).
+        wrapped: ``cmd`` is strict mode's wrapper, which tells the tool's own exit status
+            and outlives it while what the tool left runs (``_supervisor --wrapped``).
+        tool: the tool's own command, as records name it (default: ``cmd``).
     """
 
     def __init__(
@@ -121,8 +125,13 @@ class SupervisedRun:
         cap: int,
         root: str,
         watch: Sequence[str],
+        wrapped: bool = False,
+        tool: Sequence[str] | None = None,
     ) -> None:
         self.cmd = list(cmd)
+        #: The tool's own command (``cmd`` without strict mode's wrapper).
+        self.tool = list(cmd if tool is None else tool)
+        self._wrapped = wrapped
         self._cwd, self._env, self._input = cwd, dict(env), input
         self.stdout, self.stderr = Output(cap), Output(cap)
         self._root = root
@@ -138,6 +147,7 @@ class SupervisedRun:
         self.exited = anyio.Event()
         self.finished = anyio.Event()  # the supervisor is gone
         self._killed = anyio.Event()
+        self._listed = anyio.Event()
         self._proc: anyio.abc.Process | None = None
         self._sock: socket.socket | None = None
 
@@ -160,9 +170,11 @@ class SupervisedRun:
                 "root": self._root,
                 "pidns": True,
                 "watch": self._watch,
+                "wrapped": self._wrapped,
             }
             if zygote is None or not zygote.spawn(request, theirs_fds):
                 options = [str(theirs.fileno()), self._root, "--pidns"]
+                options += ["--wrapped"] if self._wrapped else []
                 for path in self._watch:
                     options += ["--watch", path]
                 self._proc = await anyio.open_process(
@@ -204,6 +216,21 @@ class SupervisedRun:
         with anyio.move_on_after(SETTLE_S):
             await self.stdout.closed.wait()
             await self.stderr.closed.wait()
+
+    async def list_left(self) -> list[list[Any]]:
+        """What the tool left running, as it is now (pid and command line): asked of the
+        supervisor once the call has ended, so that a child that has just forked is named
+        by what it runs, and one that has just exited is not named."""
+        if self.finished.is_set() or self._sock is None:
+            return []
+        self._listed = anyio.Event()
+        try:
+            self._sock.send(b"list\n")
+        except OSError:  # it is going: nothing is left
+            return []
+        with anyio.move_on_after(KILL_WAIT_S):
+            await self._listed.wait()
+        return self.left
 
     async def kill(self) -> list[list[Any]]:
         """Kill the whole tree (shielded); what was killed."""
@@ -298,6 +325,9 @@ class SupervisedRun:
                     evidence.processes_watched = False
             self.exited.set()
             self._killed.set()
+            if not self._listed.is_set():
+                self.left = []  # it ended before it answered: nothing was left
+                self._listed.set()
             self.finished.set()
 
     def _report(self, record: dict[str, Any]) -> None:
@@ -321,6 +351,7 @@ class SupervisedRun:
             self.exited.set()
         elif "left" in record:
             self.left = record["left"]
+            self._listed.set()
         elif "killed" in record:
             self.killed = record["killed"]
             self._killed.set()

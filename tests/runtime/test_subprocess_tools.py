@@ -20,6 +20,7 @@ import pytest
 from litmus_sandbox import Policy, Sandbox, ToolCallStep, read_episodes
 from litmus_sandbox._model.records import Episode
 from litmus_sandbox._runtime.supervised import how_trees_are_watched
+from litmus_sandbox.oracles.egress import strict_available
 from litmus_sandbox.oracles.fs import FsProbe
 
 pytestmark = [
@@ -75,9 +76,9 @@ async def test_a_child_holding_stdout_open_does_not_hold_the_call(tmp_path: Path
             result = await ep.run(["sh", "-c", script])
             took = time.monotonic() - t0
             (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
-            # (A child may not have exec'd its sleep yet when the shell exits: by pid.)
-            left = [pid for pid, _ in step.meta["processes"]["left_running"]]
-            assert len(left) == 2
+            listed = step.meta["processes"]["left_running"]
+            assert sorted(cmd for _, cmd in listed) == ["sleep 60", "sleep 61"]  # as exec'd
+            left = [pid for pid, _ in listed]
             assert all(alive(pid) for pid in left)
         episode = one_episode(tmp_path / "eps.jsonl")
         assert not any(alive(pid) for pid in left)
@@ -222,3 +223,57 @@ async def test_a_missing_command_is_an_error_the_agent_sees(tmp_path: Path) -> N
     assert result.is_error
     assert step.actual is not None
     assert step.actual.error_type == "FileNotFoundError"
+
+
+STRICT, STRICT_WHY = strict_available()
+MODES = [pytest.param(False, id="proxy-env")]
+_DAEMON = (
+    "import os, sys\n"
+    "if os.fork(): sys.exit(0)\n"
+    "os.setsid()\n"
+    "if os.fork(): sys.exit(0)\n"
+    "os.execvp('sleep', ['sleep', '73'])"
+)
+
+
+def in_mode(base: Path, strict: bool, **kw: Any) -> Sandbox:
+    """A sandbox whose subprocess tools go out through the proxy, in strict mode or not."""
+    return sandbox(base, egress={"default": "allow"}, strict_egress=strict, **kw)
+
+
+@pytest.mark.parametrize("strict", MODES)
+async def test_what_a_tool_left_running_is_listed_by_what_it_runs(
+    tmp_path: Path, strict: bool
+) -> None:
+    """Listed on the step as it is when the call ends: a ``setsid`` child whose output is
+    closed, a background child named by the program it exec'd (not the shell it forked
+    from), and of a double-forked daemon the daemon alone (its middle process has exited);
+    all killed when the episode ends."""
+    tools = {
+        "setsid": ["sh", "-c", "setsid sleep 71 </dev/null >/dev/null 2>&1 &"],
+        "background": ["sh", "-c", "sleep 72 &"],
+        "daemon": [sys.executable, "-c", _DAEMON],
+    }
+    async with in_mode(tmp_path, strict) as sb:
+        async with sb.episode("left") as ep:
+            for name, cmd in tools.items():
+                await ep.run(cmd, name=name)
+            steps = {s.tool: s for s in calls(one_episode(tmp_path / "eps.jsonl"))}
+            left = {
+                name: [tuple(p) for p in steps[name].meta["processes"]["left_running"]]
+                for name in tools
+            }
+            assert all(alive(pid) for entries in left.values() for pid, _ in entries)
+        episode = one_episode(tmp_path / "eps.jsonl")
+    assert {name: [cmd for _, cmd in entries] for name, entries in left.items()} == {
+        "setsid": ["sleep 71"],
+        "background": ["sleep 72"],
+        "daemon": ["sleep 73"],
+    }
+    assert not any(alive(pid) for entries in left.values() for pid, _ in entries)
+    assert episode.end is not None
+    ended = episode.end.meta["processes_killed"]
+    assert [e["cmd"] for e in ended] == list(tools.values())
+    assert sorted(tuple(k) for e in ended for k in e["killed"]) == sorted(
+        entry for entries in left.values() for entry in entries
+    )
