@@ -35,6 +35,7 @@ waits for and finds the server's answer for both the relay and the recorded call
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -308,12 +309,33 @@ class HttpProxy(HttpRelay):
         if session is not None:
             self.arrive(session, down.keys)  # a GET stream keeps its session present
         try:
-            await self.relay(down, method, url, headers, body)
+            if method == "GET":
+                await self._relay_while_connected(down, url, headers, body)
+            else:
+                await self.relay(down, method, url, headers, body)
         finally:
             if session is not None:
                 self.leave(session)
         if method == "DELETE" and session is not None:
             await self._end_session(session)
+
+    async def _relay_while_connected(
+        self, down: Downstream, url: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """A GET stream, relayed until the server ends it or the client hangs up: one the
+        server keeps open and silent would otherwise keep its session present long after
+        its client left (a client hanging up is seen only at the next write to it)."""
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
+                    while True:  # a client sends nothing more here; kept for h11 if it does
+                        down.conn.receive_data(await down.stream.receive(CHUNK))
+                tg.cancel_scope.cancel()  # hung up: the relay stops
+
+            tg.start_soon(watch)
+            await self.relay(down, "GET", url, headers, body)
+            tg.cancel_scope.cancel()
 
     async def _post(
         self,

@@ -159,9 +159,10 @@ async def stdio_sessions(
     return by_client(sessions, clients)
 
 
-def check_everything(direct: Session, proxied: Session) -> None:
+def check_everything(direct: Session, proxied: Session, *, cancelled: bool = True) -> None:
     """The transcripts match, and they are what the plan asked for (so that a proxy
-    breaking both the same way, or a broken session script, cannot pass)."""
+    breaking both the same way, or a broken session script, cannot pass); without
+    ``cancelled``, the plan's cancelled call was a ping."""
     who = direct.client
     assert proxied.transcript == direct.transcript, who
     steps = direct.transcript["steps"]
@@ -170,7 +171,9 @@ def check_everything(direct: Session, proxied: Session) -> None:
     assert steps[4]["result"]["isError"], who
     assert steps[5]["result"]["isError"], who
     assert steps[9]["progressed"] is True, who
-    assert steps[10] == {"op": "cancel", "cancelled": True}, who
+    assert steps[10] == (
+        {"op": "cancel", "cancelled": True} if cancelled else {"op": "ping", "result": {}}
+    ), who
     assert "after the cancel" in steps[11]["result"]["content"][0]["text"], who
     assert steps[12]["created"] == {"status": "working"}, who
     assert "Research Report" in steps[12]["result"]["content"][0]["text"], who
@@ -242,56 +245,78 @@ def free_port() -> int:
         return port
 
 
-async def test_server_everything_over_streamable_http(tmp_path: Path) -> None:
+async def http_sessions(
+    tmp_path: Path, plan: list[dict[str, Any]], clients: tuple[str, ...] = CLIENTS
+) -> dict[str, tuple[Session, Session]]:
+    """server-everything over streamable HTTP; every client direct and through a proxy
+    of its own (``--listen 127.0.0.1:0``), all at once. Each proxy is stopped (SIGTERM)
+    once its client has left: a session that finished is not aborted by that."""
     port = free_port()
     everything = [*node_server("everything"), "streamableHttp"]
     env = {**os.environ, "PORT": str(port)}
+    upstream = f"http://127.0.0.1:{port}/mcp"
     sessions: list[Session] = []
 
-    async def one(client: str, proxied: bool, upstream: str) -> None:
+    async def one(client: str, proxied: bool) -> None:
         tmp = tmp_path / f"{client}-{'proxied' if proxied else 'direct'}"
         root = tmp / "root"
         root.mkdir(parents=True)
         session = Session(client, proxied)
         if not proxied:
-            session.transcript = await run_session(
-                client, EVERYTHING_PLAN, ["http", upstream], root
-            )
+            session.transcript = await run_session(client, plan, ["http", upstream], root)
         else:
             listen = ["--listen", "127.0.0.1:0", "--upstream", upstream]
             async with background(proxy_args(tmp, *listen), b"MCP proxy on") as said:
                 session.transcript = await run_session(
-                    client, EVERYTHING_PLAN, ["http", bound_url(said)], root
+                    client, plan, ["http", bound_url(said)], root
                 )
-            # The proxy was stopped (SIGTERM) after the client had gone: not an abort.
             session.episodes = read_episodes(tmp)
         sessions.append(session)
 
-    async with background(everything, b"listening on port", env=env):
-        upstream = f"http://127.0.0.1:{port}/mcp"
-        async with anyio.create_task_group() as tg:
-            for client in CLIENTS:
-                for via_proxy in (False, True):
-                    tg.start_soon(one, client, via_proxy, upstream)
+    async with (
+        background(everything, b"listening on port", env=env),
+        anyio.create_task_group() as tg,
+    ):
+        for client in clients:
+            for proxied in (False, True):
+                tg.start_soon(one, client, proxied)
+    return by_client(sessions, clients)
+
+
+#: Over HTTP the cancelled call has a test of its own (below): here, a ping instead.
+HTTP_PLAN = [*EVERYTHING_PLAN[:10], {"op": "ping"}, *EVERYTHING_PLAN[11:]]
+HTTP_OUTCOMES = {i: outcome for i, outcome in EVERYTHING_OUTCOMES.items() if i != 10}
+
+
+async def test_server_everything_over_streamable_http(tmp_path: Path) -> None:
     failures: list[str] = []
-    incomplete: list[str] = []
-    for client, (direct, relayed) in by_client(sessions).items():
+    for client, (direct, proxied) in (await http_sessions(tmp_path, HTTP_PLAN)).items():
         try:
-            check_everything(direct, relayed)
-            steps = check_recording(relayed, EVERYTHING_PLAN, EVERYTHING_OUTCOMES, complete=False)
-            (ep,) = relayed.episodes
-            assert ep.header.meta["mcp"]["transport"] == "streamable-http"
+            check_everything(direct, proxied, cancelled=False)
+            steps = check_recording(proxied, HTTP_PLAN, HTTP_OUTCOMES)
+            assert proxied.episodes[0].header.meta["mcp"]["transport"] == "streamable-http"
             assert steps[-1].meta["mcp"]["task"]["result_later"] is True
-            if not ep.complete:
-                incomplete.append(f"{client}: {ep.end.reason if ep.end else 'no end'}")
         except AssertionError as exc:
             failures.append(f"{client}: {exc}")
     assert not failures, "\n".join(failures)
-    if incomplete:
-        # Known: a GET stream the server keeps open and silent keeps its session
-        # "present" after the client is gone (the proxy only learns it at its next
-        # write), so the SIGTERM that follows a TS SDK client's exit aborts its episode.
-        pytest.xfail(f"HTTP sessions without DELETE end aborted: {incomplete}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HTTP proxy: once a client has cancelled a call (TS SDK v1 aborts its POST), "
+    "its session is never seen gone, so the signal that follows the client's exit, "
+    "even seconds later, aborts an episode that finished cleanly",
+)
+async def test_a_call_cancelled_over_http_changes_nothing_else(tmp_path: Path) -> None:
+    plan: list[dict[str, Any]] = [
+        {"op": "cancel", "name": LONG_OP, "arguments": {"duration": 2, "steps": 10}},
+        # Outlives the cancelled call, which the server still runs to its end.
+        {"op": "task", "name": "simulate-research-query", "arguments": {"topic": "relays"}},
+    ]
+    direct, proxied = (await http_sessions(tmp_path, plan, ("v1",)))["v1"]
+    assert proxied.transcript == direct.transcript
+    assert direct.transcript["steps"][0] == {"op": "cancel", "cancelled": True}
+    check_recording(proxied, plan, {0: "interrupted", 1: "result"})
 
 
 INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher"

@@ -142,19 +142,14 @@ def bound_url(stderr: bytes) -> str:
 
 
 def check_recording(
-    session: Session,
-    plan: list[dict[str, Any]],
-    outcomes: dict[int, str],
-    *,
-    complete: bool = True,
+    session: Session, plan: list[dict[str, Any]], outcomes: dict[int, str]
 ) -> list[ToolCallStep]:
-    """One episode, ``complete`` (unless told not to check), every tools/call of the
-    plan recorded once as ``real`` with the outcome the client saw (``outcomes``: plan
-    index -> outcome)."""
+    """One episode, ``complete``, every tools/call of the plan recorded once as ``real``
+    with the outcome the client saw (``outcomes``: plan index -> outcome)."""
     who = f"{session.client} proxied"
     assert len(session.episodes) == 1, f"{who}: {len(session.episodes)} episodes"
     (ep,) = session.episodes
-    assert ep.complete or not complete, f"{who}: {ep.end}"
+    assert ep.complete, f"{who}: {ep.end}"
     steps = calls(ep)
     order = [i for i, s in enumerate(plan) if s["op"] in CALL_OPS]
     assert [s.tool for s in steps] == [plan[i]["name"] for i in order], who
