@@ -189,11 +189,12 @@ async def measure_http(calls: int, recordings: Path) -> dict[str, Any]:
             ).decode()
             floor_port = (await _ready_line(floor, "stdout", rb"port (\d+)")).decode()
             floor_url = f"http://127.0.0.1:{floor_port}/mcp"
-            figures = await _rotate(calls, upstream, proxy_url, floor_url)
+            pids = (proxied_process.pid, floor.pid)
+            figures = await _rotate(calls, upstream, proxy_url, floor_url, cpu_of=pids)
         finally:
             for process in (floor, proxied_process, server):
                 process.terminate()
-    d, p, m = figures
+    d, p, m, proxy_cpu, floor_cpu = figures
     return {
         "server": "everything (streamable HTTP)",
         "tool": "echo",
@@ -205,13 +206,24 @@ async def measure_http(calls: int, recordings: Path) -> dict[str, Any]:
         "goal_added_ms": 0.5,
         "recording_relay_added_median_ms": (m - d) * 1e3,
         "recording_relay_ratio": m / d,
+        # CPU time per call (user + system): what a loaded machine does not blur.
+        "proxy_cpu_ms_per_call": proxy_cpu * 1e3 / calls,
+        "recording_relay_cpu_ms_per_call": floor_cpu * 1e3 / calls,
         "recorded_steps_bytes": episodes.stat().st_size if episodes.exists() else 0,
     }
 
 
-async def _rotate(calls: int, *urls: str) -> tuple[float, ...]:
-    """The median ``tools/call`` time of one client session per URL, calls rotated."""
+def _cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _rotate(calls: int, *urls: str, cpu_of: tuple[int, ...] = ()) -> tuple[float, ...]:
+    """The median ``tools/call`` time of one client session per URL, calls rotated; then
+    the CPU seconds each process of ``cpu_of`` spent on the measured calls."""
     times: list[list[float]] = [[] for _ in urls]
+    cpu: list[float] = []
     args = {"message": "hi"}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(Client(url, cache=None)) for url in urls]
@@ -219,13 +231,15 @@ async def _rotate(calls: int, *urls: str) -> tuple[float, ...]:
             for client in clients:
                 await client.call_tool("echo", args)
         order = list(range(len(clients)))
+        cpu = [-_cpu_seconds(pid) for pid in cpu_of]
         for i in range(calls):
             for j in order[i % len(order) :] + order[: i % len(order)]:
                 t0 = time.perf_counter()
                 result = await clients[j].call_tool("echo", args)
                 times[j].append(time.perf_counter() - t0)
                 assert not result.is_error
-    return tuple(statistics.median(t) for t in times)
+        cpu = [c + _cpu_seconds(pid) for c, pid in zip(cpu, cpu_of, strict=True)]
+    return (*(statistics.median(t) for t in times), *cpu)
 
 
 def recording_relay(record_to: str, server_cmd: list[str]) -> None:
