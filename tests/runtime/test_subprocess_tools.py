@@ -226,7 +226,14 @@ async def test_a_missing_command_is_an_error_the_agent_sees(tmp_path: Path) -> N
 
 
 STRICT, STRICT_WHY = strict_available()
-MODES = [pytest.param(False, id="proxy-env")]
+MODES = [
+    pytest.param(False, id="proxy-env"),
+    pytest.param(
+        True,
+        id="strict",
+        marks=pytest.mark.skipif(not STRICT, reason=f"no strict egress mode: {STRICT_WHY}"),
+    ),
+]
 _DAEMON = (
     "import os, sys\n"
     "if os.fork(): sys.exit(0)\n"
@@ -247,8 +254,9 @@ async def test_what_a_tool_left_running_is_listed_by_what_it_runs(
 ) -> None:
     """Listed on the step as it is when the call ends: a ``setsid`` child whose output is
     closed, a background child named by the program it exec'd (not the shell it forked
-    from), and of a double-forked daemon the daemon alone (its middle process has exited);
-    all killed when the episode ends."""
+    from), and of a double-forked daemon the daemon alone (its middle process has exited).
+    In strict mode too, whose namespace lives on with them (nothing of its wrapper is
+    listed); all killed when the episode ends."""
     tools = {
         "setsid": ["sh", "-c", "setsid sleep 71 </dev/null >/dev/null 2>&1 &"],
         "background": ["sh", "-c", "sleep 72 &"],
@@ -277,3 +285,53 @@ async def test_what_a_tool_left_running_is_listed_by_what_it_runs(
     assert sorted(tuple(k) for e in ended for k in e["killed"]) == sorted(
         entry for entries in left.values() for entry in entries
     )
+
+
+@pytest.mark.skipif(not STRICT, reason=f"no strict egress mode: {STRICT_WHY}")
+async def test_in_strict_mode_what_a_tool_left_still_goes_out_through_the_proxy(
+    tmp_path: Path,
+) -> None:
+    """The tool's namespace outlives it while what it left runs: a background child that
+    fetches after the tool exited still reaches the server through the proxy. At the time
+    limit, what is killed is the tool's tree, not strict mode's wrapper."""
+
+    async def answer(stream: anyio.abc.ByteStream) -> None:
+        async with stream:
+            await stream.receive()
+            await stream.send(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            )
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    late = f"(sleep 0.5; curl -s -o late.txt http://127.0.0.1:{port}/late) >/dev/null 2>&1 &"
+    policy = Policy({"slow": {"mode": "real", "timeout": 1.0}})
+    root = tmp_path / "root"
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, answer)
+        async with in_mode(tmp_path, True, policy=policy) as sb, sb.episode("late") as ep:
+            await ep.run(["sh", "-c", late + " echo started"], name="early")
+            with anyio.fail_after(10):
+                for _ in range(1000):
+                    if (root / "late.txt").exists() and (root / "late.txt").read_bytes():
+                        break
+                    await anyio.sleep(0.01)
+            await ep.run(["sh", "-c", "sleep 74 & sleep 75"], name="slow")
+        tg.cancel_scope.cancel()
+    assert (root / "late.txt").read_bytes() == b"ok"
+    episode = one_episode(tmp_path / "eps.jsonl")
+    steps = {s.tool: s for s in calls(episode)}
+    assert episode.end is not None
+    egress = [*steps["early"].effects.egress, *steps["slow"].effects.egress]
+    egress += episode.end.unattributed.egress
+    assert [(e.path, e.status) for e in egress] == [("/late", 200)]
+    killed = [cmd for _, cmd in steps["slow"].meta["processes"]["killed"]]
+    assert sorted(killed) == ["sh -c sleep 74 & sleep 75", "sleep 74", "sleep 75"]
+
+
+def test_the_supervisor_and_the_bridge_name_the_same_exit_pipe() -> None:
+    """Two scripts that import nothing of each other: the variable is spelled in both."""
+    from litmus_sandbox._runtime import _supervisor
+    from litmus_sandbox.oracles.egress import _netns
+
+    assert _supervisor.TOOL_EXIT_FD == _netns.TOOL_EXIT_FD

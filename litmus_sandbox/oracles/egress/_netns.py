@@ -26,9 +26,13 @@ imports nothing but the standard library and anyio) then
    over ``S``), which records it as an egress event with decision ``blocked`` (the queried
    name too, for DNS). Connections that reach a listener inside the namespace (a server
    the tool started itself) are local, not egress, and are not reported;
-4. runs CMD with the proxy variables, waits for it, flushes its reports, and exits with
-   CMD's status. As PID 1 of its own PID namespace, its end (or unshare's, through
-   ``--kill-child``) ends every process the tool left behind.
+4. runs CMD with the proxy variables and waits for it; once its reports are sent, it
+   exits with CMD's status, and as PID 1 of its own PID namespace its end (or unshare's,
+   through ``--kill-child``) ends every process the tool left behind. Under a supervisor
+   (``_runtime/_supervisor.py --wrapped``, which gives it a pipe, named by
+   ``TOOL_EXIT_FD``) it writes CMD's status there instead, and stays, still reporting and
+   the proxy still accepting, until what the tool left running has ended, as it would
+   without strict mode (the supervisor kills it when the episode ends).
 
 Limits: Unix sockets are filesystem objects, so a tool can still reach any Unix socket it
 has permission for (a container runtime's, a resolver's); a mount namespace would close
@@ -38,14 +42,16 @@ that. The catch-all sees TCP and UDP over IPv4 and IPv6 without extension header
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import socket
 import subprocess
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 
@@ -62,6 +68,11 @@ REPORT_PATH = "/.litmus/blocked"
 #: the socket as ``SCM_RIGHTS``), and the proxy's answer once it accepts on it. A report
 #: starts with ``POST``, so the proxy tells the two apart by the first byte.
 HANDOFF = b"\0"
+#: Where a supervisor (``_runtime/_supervisor.py --wrapped``, which names it too) gives the
+#: bridge a pipe for the tool's exit status.
+TOOL_EXIT_FD = "LITMUS_SANDBOX_TOOL_EXIT_FD"
+
+T = TypeVar("T")
 
 _ETH_P_ALL = 0x0003
 _PACKET_OUTGOING = 4
@@ -316,7 +327,9 @@ def _quiet_wakeup_race() -> None:
     loop.set_exception_handler(handler)
 
 
-async def _bridge(socket_path: str, channel: socket.socket, cmd: list[str], catch_all: bool) -> int:
+async def _bridge(
+    socket_path: str, channel: socket.socket, cmd: list[str], catch_all: bool, exit_fd: int | None
+) -> int:
     _quiet_wakeup_race()
     sniffer: socket.socket | None = None
     if catch_all:
@@ -328,7 +341,66 @@ async def _bridge(socket_path: str, channel: socket.socket, cmd: list[str], catc
                 file=sys.stderr,
             )
     tracker = BlockedTracker()
-    returncode = 0
+    returncode = await _watching(sniffer, tracker, socket_path, functools.partial(_run, cmd))
+    if exit_fd is not None:
+        # The tool has exited and its attempts are told: its supervisor ends the call. What
+        # it left running runs on in this namespace, still watched, until it ends (or the
+        # supervisor kills it when the episode ends).
+        with suppress(OSError):
+            os.write(exit_fd, f"{returncode}\n".encode())
+        os.close(exit_fd)
+        if _left_running():
+            await _watching(
+                sniffer,
+                tracker,
+                socket_path,
+                functools.partial(anyio.to_thread.run_sync, _reap_all),
+            )
+    channel.close()  # the proxy stops accepting in this namespace
+    if sniffer is not None:
+        sniffer.close()
+    return returncode
+
+
+async def _run(cmd: list[str]) -> int:
+    """Run the tool; its exit status (128 + N when signal N ended it)."""
+    try:
+        process = await anyio.open_process(cmd, stdin=None, stdout=None, stderr=None)
+    except OSError as exc:
+        print(f"litmus-sandbox: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    status = await process.wait()
+    return status if status >= 0 else 128 - status
+
+
+def _left_running() -> bool:
+    """Whether any process is still running in this PID namespace (those that have ended
+    are reaped)."""
+    try:
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return True
+    except ChildProcessError:
+        return False
+
+
+def _reap_all() -> None:
+    """Wait for every process of this PID namespace, whose init this is (what the tool
+    left running comes back here when its parent exits)."""
+    with suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+
+
+async def _watching(
+    sniffer: socket.socket | None,
+    tracker: BlockedTracker,
+    socket_path: str,
+    until: Callable[[], Awaitable[T]],
+) -> T:
+    """Report what the catch-all sees until ``until()`` returns; its result, once every
+    attempt seen so far is reported."""
     async with anyio.create_task_group() as reports:
 
         def found(attempt: Attempt) -> None:
@@ -337,23 +409,14 @@ async def _bridge(socket_path: str, channel: socket.socket, cmd: list[str], catc
         async with anyio.create_task_group() as tg:
             if sniffer is not None:
                 tg.start_soon(_sniff, sniffer, tracker, found)
-            try:
-                process = await anyio.open_process(cmd, stdin=None, stdout=None, stderr=None)
-            except OSError as exc:
-                print(f"litmus-sandbox: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-                returncode = 127
-            else:
-                status = await process.wait()
-                returncode = status if status >= 0 else 128 - status
+            result = await until()
             tg.cancel_scope.cancel()
-        channel.close()  # the proxy stops accepting in this namespace
         if sniffer is not None:
-            # The kernel answered every attempt before the tool could exit: what is queued
-            # now is complete.
+            # The kernel answered every attempt before the process could exit: what is
+            # queued now is complete.
             _feed(sniffer, tracker, found)
-            sniffer.close()
         reports.cancel_scope.deadline = anyio.current_time() + 10
-    return returncode
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,7 +451,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         channel.close()
         print(f"{SETUP_MARKER} no command given", file=sys.stderr)
         return SETUP_FAILED
-    return anyio.run(_bridge, args.socket, channel, cmd, args.catch_all)
+    exit_fd = _tool_exit_fd()
+    return anyio.run(_bridge, args.socket, channel, cmd, args.catch_all, exit_fd)
+
+
+def _tool_exit_fd() -> int | None:
+    """The pipe a supervisor gave for the tool's exit status (``_runtime/_supervisor.py
+    --wrapped``), kept from the tool; None when run on its own (``run_strict``)."""
+    value = os.environ.pop(TOOL_EXIT_FD, "")
+    if not value.isdigit():
+        return None
+    fd = int(value)
+    try:
+        os.set_inheritable(fd, False)
+    except OSError:
+        return None
+    return fd
 
 
 if __name__ == "__main__":
