@@ -15,7 +15,8 @@ what the tree changed outside the root (process evidence: the call's effects the
 ``process``-attributed). Its stdout (and stderr) is what the agent is shown, capped at
 ``max_result_bytes`` while read, ``is_error`` when it exits non-zero; the step records the
 exit code, the outputs' whole sizes and hashes, and what the tool left running or had
-killed (``meta["processes"]``). The call ends when the tool's own process exits; what it
+killed (``meta["processes"]``; for a tool killed at its time limit, there too the sizes
+and hashes of what it printed until then, ``output``: the agent is shown the timeout). The call ends when the tool's own process exits; what it
 left running is killed when the episode ends (the ``end`` record's ``meta`` says what),
 and when the sandbox closes.
 """
@@ -218,6 +219,9 @@ class Subprocesses:
             killed = await run.kill()  # cancelled (a timeout), or it could not start
             if facts is not None and killed:
                 facts["killed"] = killed
+            if facts is not None and run.spawn_error is None:
+                await run.drained()
+                facts["output"] = _printed(run)  # what it printed before it was killed
             raise
         finally:
             if not run.lingering:
@@ -237,13 +241,7 @@ class Subprocesses:
         return Shown(
             content=tuple(content),
             is_error=code != 0,
-            structured={
-                "exit_code": code,
-                "stdout_bytes": run.stdout.size,
-                "stderr_bytes": run.stderr.size,
-                "stdout_sha256": run.stdout.sha256,
-                "stderr_sha256": run.stderr.sha256,
-            },
+            structured={"exit_code": code, **_printed(run)},
         )
 
     async def _the_zygote(self) -> Zygote | None:
@@ -274,6 +272,16 @@ class Subprocesses:
             if killed:
                 out.append({"cmd": run.tool, "pid": run.pid, "killed": killed})
         return out
+
+
+def _printed(run: SupervisedRun) -> dict[str, Any]:
+    """The whole sizes and sha256 of what ``run`` printed."""
+    return {
+        "stdout_bytes": run.stdout.size,
+        "stderr_bytes": run.stderr.size,
+        "stdout_sha256": run.stdout.sha256,
+        "stderr_sha256": run.stderr.sha256,
+    }
 
 
 def _where(root: Path) -> tuple[str, list[str]]:

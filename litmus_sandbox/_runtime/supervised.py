@@ -217,6 +217,13 @@ class SupervisedRun:
             await self.stdout.closed.wait()
             await self.stderr.closed.wait()
 
+    async def drained(self) -> None:
+        """Until the outputs have closed (shielded), for a moment at most: once the tree
+        is killed, what it printed before is all read."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
+            await self.stdout.closed.wait()
+            await self.stderr.closed.wait()
+
     async def list_left(self) -> list[list[Any]]:
         """What the tool left running, as it is now (pid and command line): asked of the
         supervisor once the call has ended, so that a child that has just forked is named

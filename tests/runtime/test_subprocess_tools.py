@@ -91,10 +91,11 @@ async def test_a_child_holding_stdout_open_does_not_hold_the_call(tmp_path: Path
 
 
 async def test_the_whole_tree_is_killed_at_the_time_limit(tmp_path: Path) -> None:
+    """And the step keeps the sizes and hashes of what the tool printed until then."""
     policy = Policy({"run": {"mode": "real", "timeout": 1.0}})
     sb = sandbox(tmp_path, policy=policy)
     async with sb, sb.episode("timeout") as ep:
-        result = await ep.run(["sh", "-c", "sleep 60 & setsid sleep 61 & sleep 62"])
+        result = await ep.run(["sh", "-c", "echo before; sleep 60 & setsid sleep 61 & sleep 62"])
     (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
     assert result.is_error
     assert step.actual is not None
@@ -102,6 +103,13 @@ async def test_the_whole_tree_is_killed_at_the_time_limit(tmp_path: Path) -> Non
     killed = {cmd: pid for pid, cmd in step.meta["processes"]["killed"]}
     assert {"sleep 60", "sleep 61", "sleep 62"} <= set(killed)
     assert not any(alive(pid) for pid in killed.values())
+    assert step.meta["processes"]["output"] == {
+        "stdout_bytes": 7,
+        "stderr_bytes": 0,
+        "stdout_sha256": hashlib.sha256(b"before\n").hexdigest(),
+        "stderr_sha256": hashlib.sha256(b"").hexdigest(),
+    }
+    assert "before" not in result.text  # the agent is shown the timeout, as before
 
 
 # The peak is VmHWM (this process's own memory, new at exec), not getrusage's ru_maxrss,
