@@ -101,8 +101,11 @@ def read_episodes(tmp: Path) -> list[Episode]:
 
 
 @asynccontextmanager
-async def background(command: list[str], ready: bytes, **kw: Any) -> AsyncIterator[bytes]:
-    """Run ``command`` until the block ends (SIGTERM); yields its stderr up to ``ready``."""
+async def background(
+    command: list[str], ready: bytes, **kw: Any
+) -> AsyncIterator[tuple[Process, bytes]]:
+    """Run ``command`` until the block ends (SIGTERM); yields it and its stderr up to
+    ``ready``."""
     async with await anyio.open_process(command, stdout=None, **kw) as process:
         assert process.stderr is not None
         seen = b""
@@ -115,7 +118,7 @@ async def background(command: list[str], ready: bytes, **kw: Any) -> AsyncIterat
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain, process)
             try:
-                yield seen
+                yield process, seen
             finally:
                 await terminate(process)
                 tg.cancel_scope.cancel()
