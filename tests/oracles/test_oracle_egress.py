@@ -960,6 +960,73 @@ async def test_a_reset_inside_a_tunnel_resets_the_other_side() -> None:
     ]
 
 
+async def test_a_client_that_gives_up_on_a_silent_upstream_is_recorded() -> None:
+    """An upstream that accepts and never answers: the client's close reaches it, as it
+    would without the proxy, and the flow says the client gave up, whether the upstream
+    then closes or stays silent until the proxy's idle time limit."""
+    log = Log()
+    upstream_saw_eof: list[str] = []
+
+    async def silent(stream: ByteStream) -> None:
+        async with stream:
+            buf = BufferedByteStream(stream)
+            target = (await buf.receive_until(b"\r\n\r\n", 65536)).split(b" ")[1]
+            with suppress(anyio.EndOfStream):
+                await buf.receive()
+            upstream_saw_eof.append(target.decode())
+            if target == b"/silent":
+                await anyio.sleep(30)  # closes only when the test ends
+
+    async def give_up(proxy: ForwardProxy, port: int, path: str) -> bytes:
+        async with await anyio.connect_tcp("127.0.0.1", proxy.port) as stream:
+            await stream.send(b"GET http://127.0.0.1:%d%s HTTP/1.1\r\n\r\n" % (port, path.encode()))
+            await anyio.sleep(0.8)  # past the proxy's patience: it watches the client
+            await stream.send_eof()
+            out = b""
+            with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    out += await stream.receive()
+        return out
+
+    with anyio.fail_after(15):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = int(listener.extra(SocketAttribute.local_port))
+        async with (
+            listener,
+            anyio.create_task_group() as tg,
+            ForwardProxy(None, log, idle_timeout=1.0) as proxy,
+        ):
+            tg.start_soon(listener.serve, silent)
+            assert await give_up(proxy, port, "/closes") == b""
+            assert await give_up(proxy, port, "/silent") == b""
+            flows = await log.settled(2)
+            tg.cancel_scope.cancel()
+    assert upstream_saw_eof == ["/closes", "/silent"]
+    assert [(f.path, f.status, f.error) for f in flows] == [
+        ("/closes", None, "the client closed the connection before a response"),
+        ("/silent", None, "the client closed the connection before a response"),
+    ]
+
+
+async def test_a_slow_answer_reaches_a_client_that_waits() -> None:
+    """Watching the client while the upstream is slow changes nothing for one that waits."""
+
+    async def slow(buf: BufferedByteStream) -> None:
+        await anyio.sleep(0.8)
+        await buf.send(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
+
+    log = Log()
+    with anyio.fail_after(10):
+        async with serving(Server()) as srv, ForwardProxy(None, log) as proxy:
+            srv.routes["/slow"] = slow
+            async with httpx.AsyncClient(proxy=proxy.url) as client:
+                first = await client.get(f"http://127.0.0.1:{srv.port}/slow")
+                again = await client.get(f"http://127.0.0.1:{srv.port}/fast")
+            flows = await log.settled(2)
+    assert (first.status_code, first.text, again.text) == (200, "slow", "hello /fast ")
+    assert [(f.status, f.error) for f in flows] == [(200, None), (200, None)]
+
+
 async def test_proxy_relays_close_delimited_responses() -> None:
     """An HTTP/1.0-style body that ends when the server closes is relayed to the end, and
     the client is told the connection closes too."""

@@ -12,6 +12,7 @@ The modules, each importing only those above it in this list:
 * ``_transport``: the in-process httpx transports (one decision core, async and sync shells);
 * ``_probe``: the probe that attributes flows to tool calls;
 * ``_downstream``, ``_upstream``: h11 on the client and the server side of the proxy;
+* ``_waiting``: waiting for an upstream's answer while the client may give up;
 * ``_relay``, ``_tunnel``: plain HTTP forwarding and CONNECT tunnels;
 * ``_forward_proxy``: the proxy's listeners and request routing;
 * ``_strict``: strict mode from the caller's side.

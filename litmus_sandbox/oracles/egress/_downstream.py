@@ -200,6 +200,21 @@ class Downstream:
             self._eof = True
             return b""
 
+    async def watch(self) -> str:
+        """While a response is awaited: what the client does next. ``more``: it sent bytes
+        (kept for its next request); ``closed``: it closed its side (it may still read
+        the response); ``reset``: its connection is gone."""
+        try:
+            data = await self.stream.receive(CHUNK)
+        except anyio.EndOfStream:
+            self._eof = True
+            self.h11.receive_data(b"")
+            return "closed"
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return "reset"
+        self.h11.receive_data(data)
+        return "more"
+
     @property
     def waiting_for_100(self) -> bool:
         """Whether the client waits for ``100 Continue`` before it sends the body."""

@@ -24,6 +24,10 @@ does not answer in time closes it (:class:`~._http_wire.Reset`, ``Abort``): the 
 sees what it would have seen without the proxy, and the flow records why (``error``).
 An answer that is not HTTP is answered ``502`` while nothing of it reached the client;
 after that the client connection is closed. Bytes counted are payload bytes, de-chunked.
+
+While the answer is awaited, the client is watched (:mod:`._waiting`): one that gives
+up has its close passed on to the upstream, and the flow records it (``error``); the
+exchange then ends with the upstream connection, closing the client's, not retried.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from litmus_sandbox.oracles.egress._http_wire import (
     split_target,
 )
 from litmus_sandbox.oracles.egress._upstream import Upstream, connect, unreachable
+from litmus_sandbox.oracles.egress._waiting import CLIENT_CLOSED, first_bytes
 
 # Hop-by-hop fields (RFC 9110 7.6.1) the proxy consumes rather than forwards. Bodies are
 # framed again by h11 from Transfer-Encoding and Content-Length, so those pass through.
@@ -181,9 +186,11 @@ class HttpRelay:
                         flow.request_bytes += len(chunk)
                         await up.send(up.frame(h11.Data(data=chunk)))
                     await up.send(up.frame(down.end))
-                response, interim = await self._final_head(up)
+                response, interim = await self._final_head(up, flow)
             except UpstreamClosed:
                 await self.drop_upstream()
+                if flow.error == CLIENT_CLOSED:
+                    raise Abort from None  # the client gave up: close, as the upstream did
                 if reused and attempt == 0 and not has_body:
                     continue  # a kept-alive connection the server had closed: retry once
                 flow.error = "the upstream closed the connection before a response"
@@ -215,12 +222,12 @@ class HttpRelay:
             out.append((b"Host", authority.encode("latin-1")))
         return h11.Request(method=request.method, target=target, headers=out)
 
-    async def _final_head(self, up: Upstream) -> tuple[h11.Response, bytes]:
+    async def _final_head(self, up: Upstream, flow: EgressFlow) -> tuple[h11.Response, bytes]:
         """The final response head, and the interim (1xx) responses before it, framed
         for the client (sent with the head)."""
         interim = b""
         if not up.buffered:
-            await up.fill()  # nothing can be parsed before the server answers
+            await first_bytes(self.down, up, flow)  # nothing parses before the server answers
         while True:
             event = up.poll()
             if event is None:

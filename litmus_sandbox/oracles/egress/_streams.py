@@ -25,6 +25,10 @@ protocol callback     what the stream does
 ``pause_writing``     a send waits until ``resume_writing`` (or the loss)
 ====================  =========================================================
 
+``eof_received`` and ``connection_lost`` also call the ``on_close`` hook, once, when one
+is set (``on_close(reset)``): the relay learns of a client that gives up while it waits
+for the upstream, with no task reading the client (:mod:`._waiting`).
+
 Connections are made the way anyio makes them: accepted from the listener's own socket
 with ``loop.sock_accept`` (:func:`serve`), connected with happy eyeballs
 (:func:`connect`). Cancellation lands where a stream waits; the proxy's loops always
@@ -85,6 +89,9 @@ class AsyncioStream(asyncio.Protocol, ByteStream):
         # What a waiting receive and a waiting send (tunnels do both at once) wait on.
         self._receiving: asyncio.Future[None] | None = None
         self._sending: asyncio.Future[None] | None = None
+        #: Called once when the peer closes its side (False) or the connection is lost
+        #: by an error (True), while set.
+        self.on_close: Callable[[bool], None] | None = None
 
     # -- protocol callbacks
 
@@ -106,6 +113,8 @@ class AsyncioStream(asyncio.Protocol, ByteStream):
         self._eof = True
         if self._receiving is not None:
             _wake(self._receiving)
+        if self.on_close is not None:
+            self._closed_hook(False)
         return True  # keep the transport open: the other way may still send
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -114,6 +123,23 @@ class AsyncioStream(asyncio.Protocol, ByteStream):
         for waiter in (self._receiving, self._sending):
             if waiter is not None:
                 _wake(waiter)
+        if self.on_close is not None:
+            self._closed_hook(exc is not None)
+
+    @property
+    def at_eof(self) -> bool:
+        """Whether the peer has closed its side (or the connection is gone)."""
+        return self._eof
+
+    @property
+    def was_reset(self) -> bool:
+        """Whether the connection was lost by an error (a reset)."""
+        return self._reset
+
+    def _closed_hook(self, reset: bool) -> None:
+        hook, self.on_close = self.on_close, None
+        if hook is not None:
+            hook(reset)
 
     def pause_writing(self) -> None:
         pass  # a send sees the bytes the transport still holds, and waits
