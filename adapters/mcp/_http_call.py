@@ -30,11 +30,11 @@ import functools
 from typing import Any
 
 import anyio
-import h11
 
 from litmus_sandbox import ConfigError, OpenCall
 
 from ._downstream import Downstream
+from ._http_exchange import CLIENT_GONE as CLIENT_GONE
 from ._http_exchange import CutOff, Exchange, Undecodable
 from ._http_sessions import HttpSessions
 from ._jsonrpc import CONNECTION_CLOSED, error_message, parse
@@ -42,9 +42,6 @@ from ._recording import ANSWERED_BY_THE_PROXY, UpstreamGone
 from ._relay import FinishCall, Relay, ToClient, ToServer
 from ._relay._states import Pending, State
 from ._sse import encode_event
-
-#: Errors writing to a client that left.
-CLIENT_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.LocalProtocolError)
 
 
 class HttpToolCall:
@@ -78,6 +75,7 @@ class HttpToolCall:
             self.state.request,
             pending.id,
             note=self.state.note,
+            on_client_gone=self._client_left,
             max_bytes=proxy.max_message_bytes,
         )
         self.scope = anyio.CancelScope()
@@ -107,6 +105,13 @@ class HttpToolCall:
         else:
             self._how = action.how  # timed out (the core's deadline), or interrupted
             self.scope.cancel()
+
+    def _client_left(self) -> None:
+        """The client hung up on the call's stream before its answer (TS SDK v1 cancels
+        a call so over HTTP): the call is interrupted, as if it had cancelled it; the
+        server is not told (the client did not tell it), and its late answer is dropped."""
+        self._how = "interrupted"
+        self.scope.cancel()
 
     def stop(self, reply: bytes | None) -> None:
         """A signal stops the proxy: the call is interrupted and the client gets

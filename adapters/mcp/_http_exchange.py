@@ -19,22 +19,27 @@ cut in two. Used by the recorded ``tools/call`` (``_http_call.py``) and by the
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
 import anyio
+import h11
 import httpx
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._downstream import Downstream, forwardable
+from ._downstream import CHUNK, Downstream, forwardable
 from ._http_answer import read_raw
 from ._jsonrpc import id_key, parse
 from ._recording import UpstreamGone, decode_envelope
 from ._relay._limits import DEFAULT_MAX_DEPTH, too_deep
 from ._sse import SseSplitter, event_data
+
+#: Errors writing to (or reading from) a client that left.
+CLIENT_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.LocalProtocolError)
 
 #: The plain (non-stream) response kept: status, headers, reason, body.
 Plain = tuple[int, list[tuple[bytes, bytes]], bytes, bytes]
@@ -80,6 +85,7 @@ class Exchange:
         url, headers, body: what is POSTed (the client's own).
         request_id: the JSON-RPC id whose answer is awaited.
         note: gets every other message the stream carries before the answer.
+        on_client_gone: called once the client hangs up before the answer.
         max_bytes: the largest JSON answer or event the server may send.
         max_depth: arrays and objects one message may nest.
     """
@@ -94,6 +100,7 @@ class Exchange:
         request_id: Any,
         *,
         note: Callable[[Any], None] | None = None,
+        on_client_gone: Callable[[], None] | None = None,
         max_bytes: int = 64 << 20,
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
@@ -104,10 +111,13 @@ class Exchange:
         self.body = body
         self.request_id = request_id
         self.note = note
+        self.on_client_gone = on_client_gone
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         #: Whether the server may have the request (a refused connection says it has not).
         self.forwarded = False
+        #: The client left while the answer was awaited (nothing more is sent to it).
+        self.client_gone = False
         #: The plain JSON response, as the server sent it.
         self.plain: Plain | None = None
         #: The event stream's chunks, read by a task of the exchange's own.
@@ -132,7 +142,10 @@ class Exchange:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()  # the stream's reader, if still reading
         try:
-            return await self._tg.__aexit__(exc_type, exc, tb)
+            # The body's own exception goes on as it is, never wrapped in a group (the
+            # driver tells a client that left by its type).
+            await self._tg.__aexit__(None, None, None)
+            return None
         finally:
             if self.stream is not None:
                 self.stream.close()
@@ -143,12 +156,33 @@ class Exchange:
                     await self._response.aclose()
 
     async def answer(self) -> tuple[bytes, dict[str, Any]]:
-        """POST upstream, relay the stream's other events, return the held answer.
+        """POST upstream, relay the stream's other events, return the held answer; a
+        client that hangs up meanwhile is seen at once (``on_client_gone``), not at a
+        write (the first after a hang-up may still succeed).
 
         Raises:
             UpstreamGone: no JSON-RPC answer came (unreachable, dropped, ended);
                 ``CutOff`` if it broke a limit, ``Undecodable`` for invalid UTF-8.
         """
+        assert self._tg is not None, "an Exchange is used in `async with`"
+        watching = anyio.CancelScope()
+        self._tg.start_soon(self._watch_client, watching)
+        try:
+            return await self._await_answer()
+        finally:
+            watching.cancel()
+
+    async def _watch_client(self, scope: anyio.CancelScope) -> None:
+        down = self.down
+        with scope:
+            with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
+                while True:  # a client sends nothing more here; kept for h11 if it does
+                    down.conn.receive_data(await down.stream.receive(CHUNK))
+            self.client_gone = True  # it hung up
+            if self.on_client_gone is not None:
+                self.on_client_gone()
+
+    async def _await_answer(self) -> tuple[bytes, dict[str, Any]]:
         request = self.client.build_request(
             "POST", self.url, headers=self.headers, content=self.body
         )
@@ -181,10 +215,10 @@ class Exchange:
                     raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
                 return raw, envelope
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-            await self.down.start(response.status_code, headers, reason)
+            await self._to_client(self.down.start(response.status_code, headers, reason))
             chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
             send, self.stream = anyio.create_memory_object_stream[bytes](16)
-            assert self._tg is not None, "an Exchange is used in `async with`"
+            assert self._tg is not None
             self._tg.start_soon(self._read_stream, chunks, send)
             splitter = self._splitter
             async for chunk in self.stream:  # cancelled while waiting: no chunk is lost
@@ -196,7 +230,7 @@ class Exchange:
                         self._held = event + splitter.rest()
                         return answer
                     with anyio.CancelScope(shield=True):  # never half an event
-                        await self.down.body(event)
+                        await self._to_client(self.down.body(event))
                 if splitter.buffered() > self.max_bytes:
                     raise CutOff(
                         f"the MCP server sent an event over {self.max_bytes} bytes: cut off"
@@ -206,6 +240,19 @@ class Exchange:
             raise UpstreamGone("the MCP server closed the event stream without answering")
         except httpx.HTTPError as exc:
             raise UpstreamGone(f"the MCP server failed mid-call: {exc}") from exc
+
+    async def _to_client(self, write: Coroutine[Any, Any, None]) -> None:
+        """Relay what comes before the answer; a client that left stops getting it, and
+        the answer is still awaited (the call's step records it, or the client's cancel)."""
+        if self.client_gone:
+            write.close()  # not sent: never awaited
+            return
+        try:
+            await write
+        except CLIENT_GONE:
+            self.client_gone = True
+            if self.on_client_gone is not None:
+                self.on_client_gone()
 
     async def _read_plain(self, response: httpx.Response, encoded: bool) -> bytes:
         """A JSON body, read whole but never past ``max_bytes``."""
@@ -281,12 +328,30 @@ class Exchange:
     async def release_rest(self) -> None:
         """Given up on (cancelled): the stream goes on to the client as the server keeps
         it, from where the relay stopped."""
-        if self.stream is not None:
+        if self.stream is not None and not self.client_gone:
             await self.down.body(self._splitter.rest())
             await self._rest_of_stream()
 
     async def _rest_of_stream(self) -> None:
+        """What the server streams after the answer (or after a cancel), until it ends
+        the stream or the client hangs up: one the server keeps open and silent (a
+        cancelled request gets no answer) must not keep a gone client's session present,
+        and a client that left is seen at once, not at the next write."""
         assert self.stream is not None
-        async for chunk in self.stream:
-            await self.down.body(chunk)
-        await self.down.end()  # where the server ended it (dropped, too)
+        down = self.down
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
+                    while True:  # a client sends nothing more here; kept for h11 if it does
+                        down.conn.receive_data(await down.stream.receive(CHUNK))
+                tg.cancel_scope.cancel()  # hung up: the relay stops
+
+            tg.start_soon(watch)
+            try:
+                async for chunk in self.stream:
+                    await down.body(chunk)
+                await down.end()  # where the server ended it (dropped, too)
+            except CLIENT_GONE:
+                pass  # the client left: nothing more to relay
+            tg.cancel_scope.cancel()

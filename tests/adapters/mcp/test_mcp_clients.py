@@ -301,15 +301,6 @@ async def test_server_everything_over_streamable_http(tmp_path: Path) -> None:
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HTTP proxy, after a client cancels a call (TS SDK v1 sends "
-    "notifications/cancelled and drops the call's stream): the server goes on sending "
-    "progress on that stream, and the proxy's relay of it to the gone client raises "
-    "BrokenResourceError out of the whole proxy; and the server never ends that stream "
-    "(it sends no answer to a cancelled request), so the session is never seen gone and "
-    "the signal that follows the client's exit aborts a finished episode",
-)
 async def test_a_call_cancelled_over_http_changes_nothing_else(tmp_path: Path) -> None:
     plan = [{"op": "cancel", "name": LONG_OP, "arguments": {"duration": 2, "steps": 10}}]
     port = free_port()

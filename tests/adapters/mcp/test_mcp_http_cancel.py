@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from test_mcp_helpers import calls, one_episode
+from test_mcp_helpers import calls, episodes, one_episode
 
 pytestmark = pytest.mark.anyio
 CANCELLED = threading.Event()
@@ -117,6 +117,50 @@ async def test_the_stream_of_a_cancelled_call_goes_on_as_the_server_keeps_it(
     assert [e.get("params", {}).get("progress") for e in events] == [1, 2, None]
     assert events[-1]["id"] == 1  # the server's late answer, as a direct client gets it
     (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"
+    assert step.meta["mcp"]["reply"] == "none"
+
+
+async def test_a_client_that_hangs_up_on_a_call_interrupts_it(
+    tmp_path: Path, streaming: str
+) -> None:
+    """Dropping the call's stream is how an HTTP client (TS SDK v1) cancels a call: the
+    step says interrupted (the client never saw the answer the server sent on), the proxy
+    serves on, and the session, its client gone, ends complete."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(
+        streaming, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20, session_grace=0.1
+    )
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Session-Id": "H"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "t"}},
+    }
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with (
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client,
+            client.stream("POST", "/mcp", json=request, headers=headers) as response,
+        ):
+            seen = b""
+            with anyio.fail_after(10):
+                async for chunk in response.aiter_raw():
+                    seen += chunk
+                    if b"\n\n" in seen:
+                        break  # the first progress event: then the client hangs up
+        CANCELLED.set()  # the server goes on: its progress and answer find no client
+        with anyio.fail_after(10):
+            # ASYNC110: the condition is the episode file's end record; no event for it.
+            while not any(ep.end for ep in episodes(tmp_path / "eps.jsonl")):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        proxy.stop("the proxy was stopped by SIGTERM")  # after the clean finish: no abort
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.complete
+    (step,) = calls(ep)
     assert step.actual is not None
     assert step.actual.outcome == "interrupted"
     assert step.meta["mcp"]["reply"] == "none"
