@@ -61,25 +61,55 @@ class Downstream:
         self.keys: set[str] = keys if keys is not None else set()
         self.started = False
         self.finished = False
+        #: Bytes queued for the client, sent by the next ``flush`` (or write).
+        self._out = bytearray()
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes) -> None:
+    def queue_start(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes) -> None:
+        """Queue the response's head (sent by the next ``flush``: one write for what is
+        at hand, not one per part)."""
         self.started = True
-        await self.stream.send(
-            self.conn.send(h11.Response(status_code=status, headers=headers, reason=reason))
+        self._out += self.conn.send(
+            h11.Response(status_code=status, headers=headers, reason=reason)
         )
 
-    async def body(self, data: bytes) -> None:
+    def queue(self, data: bytes) -> None:
+        """Queue body bytes."""
         if data:
-            await self.stream.send(self.conn.send(h11.Data(data=data)))
+            self._out += self.conn.send(h11.Data(data=data))
 
-    async def end(self) -> None:
+    def queue_end(self) -> None:
+        """Queue the response's end."""
         if not self.finished:
             self.finished = True
-            await self.stream.send(self.conn.send(h11.EndOfMessage()))
+            self._out += self.conn.send(h11.EndOfMessage())
+
+    async def flush(self) -> None:
+        """Send what is queued, in one write."""
+        if self._out:
+            data = bytes(self._out)
+            self._out.clear()
+            await self.stream.send(data)
+
+    def discard(self) -> None:
+        """Drop what is queued (the client left)."""
+        self._out.clear()
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes) -> None:
+        self.queue_start(status, headers, reason)
+        await self.flush()
+
+    async def body(self, data: bytes) -> None:
+        self.queue(data)
+        await self.flush()
+
+    async def end(self) -> None:
+        self.queue_end()
+        await self.flush()
 
     async def whole(self, status: int, content_type: bytes, body: bytes) -> None:
-        """A complete response the proxy originates."""
+        """A complete response the proxy originates (one write)."""
         headers = [(b"Content-Type", content_type), (b"Content-Length", str(len(body)).encode())]
-        await self.start(status, headers, b"")
-        await self.body(body)
-        await self.end()
+        self.queue_start(status, headers, b"")
+        self.queue(body)
+        self.queue_end()
+        await self.flush()

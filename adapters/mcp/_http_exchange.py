@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
@@ -215,13 +215,15 @@ class Exchange:
                     raise UpstreamGone(f"HTTP {response.status_code} without a JSON-RPC answer")
                 return raw, envelope
             headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-            await self._to_client(self.down.start(response.status_code, headers, reason))
+            self.down.queue_start(response.status_code, headers, reason)
             chunks = self._chunks = response.aiter_bytes() if encoded else response.aiter_raw()
             send, self.stream = anyio.create_memory_object_stream[bytes](16)
             assert self._tg is not None
             self._tg.start_soon(self._read_stream, chunks, send)
             splitter = self._splitter
-            async for chunk in self.stream:  # cancelled while waiting: no chunk is lost
+            # Cancelled while waiting: no chunk is lost; what is queued goes out before
+            # any wait, in one write.
+            while (chunk := await self._next_chunk()) is not None:
                 for event in splitter.feed(chunk):
                     answer = self._answer(event)
                     if answer is _DROP:
@@ -229,8 +231,8 @@ class Exchange:
                     if answer is not None:
                         self._held = event + splitter.rest()
                         return answer
-                    with anyio.CancelScope(shield=True):  # never half an event
-                        await self._to_client(self.down.body(event))
+                    if not self.client_gone:
+                        self.down.queue(event)  # whole events only, never half of one
                 if splitter.buffered() > self.max_bytes:
                     raise CutOff(
                         f"the MCP server sent an event over {self.max_bytes} bytes: cut off"
@@ -241,16 +243,33 @@ class Exchange:
         except httpx.HTTPError as exc:
             raise UpstreamGone(f"the MCP server failed mid-call: {exc}") from exc
 
-    async def _to_client(self, write: Coroutine[Any, Any, None]) -> None:
-        """Relay what comes before the answer; a client that left stops getting it, and
-        the answer is still awaited (the call's step records it, or the client's cancel)."""
+    async def _next_chunk(self) -> bytes | None:
+        """The stream's next chunk (None at its end); what is queued for the client is
+        sent first when none is at hand yet."""
+        assert self.stream is not None
+        try:
+            return self.stream.receive_nowait()
+        except anyio.WouldBlock:
+            await self._flush()
+            try:
+                return await self.stream.receive()
+            except anyio.EndOfStream:
+                return None
+        except anyio.EndOfStream:
+            return None
+
+    async def _flush(self) -> None:
+        """Send what is queued; a client that left stops getting it (the answer is still
+        awaited: the call's step records it, or the client's cancel)."""
         if self.client_gone:
-            write.close()  # not sent: never awaited
+            self.down.discard()
             return
         try:
-            await write
+            with anyio.CancelScope(shield=True):  # never half a write
+                await self.down.flush()
         except CLIENT_GONE:
             self.client_gone = True
+            self.down.discard()
             if self.on_client_gone is not None:
                 self.on_client_gone()
 
@@ -316,27 +335,28 @@ class Exchange:
         down = self.down
         if self.plain is not None:
             status, headers, reason, body = self.plain
-            await down.start(status, headers, reason)
-            await down.body(body)
-            await down.end()
+            down.queue_start(status, headers, reason)
+            down.queue(body)
+            down.queue_end()
+            await down.flush()
         elif self.stream is not None:
-            await down.body(self._held)
-            if answered is not None:
-                answered.set()  # the rest of the stream is the server's to keep open
-            await self._rest_of_stream()
+            down.queue(self._held)
+            await self._rest_of_stream(answered)
 
     async def release_rest(self) -> None:
         """Given up on (cancelled): the stream goes on to the client as the server keeps
         it, from where the relay stopped."""
         if self.stream is not None and not self.client_gone:
-            await self.down.body(self._splitter.rest())
+            self.down.queue(self._splitter.rest())
             await self._rest_of_stream()
 
-    async def _rest_of_stream(self) -> None:
+    async def _rest_of_stream(self, answered: anyio.Event | None = None) -> None:
         """What the server streams after the answer (or after a cancel), until it ends
         the stream or the client hangs up: one the server keeps open and silent (a
         cancelled request gets no answer) must not keep a gone client's session present,
-        and a client that left is seen at once, not at the next write."""
+        and a client that left is seen at once, not at the next write. What is queued
+        goes out with what is at hand (the answer and the stream's end, in one write, when
+        the server has ended it); ``answered`` is set once the queued answer is sent."""
         assert self.stream is not None
         down = self.down
         async with anyio.create_task_group() as tg:
@@ -349,9 +369,24 @@ class Exchange:
 
             tg.start_soon(watch)
             try:
-                async for chunk in self.stream:
-                    await down.body(chunk)
-                await down.end()  # where the server ended it (dropped, too)
+                while True:
+                    try:
+                        chunk = self.stream.receive_nowait()
+                    except anyio.WouldBlock:
+                        await down.flush()  # nothing more at hand: the client gets it now
+                        if answered is not None:
+                            answered.set()  # the rest is the server's to keep open
+                        try:
+                            chunk = await self.stream.receive()
+                        except anyio.EndOfStream:
+                            break
+                    except anyio.EndOfStream:
+                        break
+                    down.queue(chunk)
+                down.queue_end()  # where the server ended it (dropped, too)
+                await down.flush()
             except CLIENT_GONE:
                 pass  # the client left: nothing more to relay
+            if answered is not None:
+                answered.set()
             tg.cancel_scope.cancel()
