@@ -143,7 +143,7 @@ class HttpRelay(HttpSessions):
             await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
             return
         try:
-            opening = None
+            opening, opening_key = None, ""
             if msg is not None and msg.method == "initialize" and response.is_success:
                 # The session id arrives with the answer: its episode takes the case id
                 # the client named on initialize; it is a session (not a probe) once the
@@ -154,7 +154,7 @@ class HttpRelay(HttpSessions):
                     if sid is not None
                     else self.key_for(headers, msg, down.conn_id)
                 )
-                opening = self.slot(key)
+                opening, opening_key = self.slot(key), key
                 self.offer(opening, msg, touch=False)
             ctype = response.headers.get("content-type", "")
             encoding = response.headers.get("content-encoding", "identity")
@@ -209,8 +209,14 @@ class HttpRelay(HttpSessions):
             await down.end()
             if opening is not None and len(seen) < _MAX_READ:
                 plain = decoded(bytes(seen), response.headers.get("content-encoding"))
-                if plain is not None and isinstance(listing_result(plain, ctype, rid), dict):
+                result = listing_result(plain, ctype, rid) if plain is not None else None
+                if isinstance(result, dict):
                     opening.touch()  # the handshake completed: a session to record
+                    # Kept for server-less replay with what the session's core keeps.
+                    core = self.core(opening_key)
+                    if len(seen) <= core.max_answer_bytes:
+                        core.answers.setdefault("initialize", result)
+                        self.keep_answers(opening_key, core.answers)
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

@@ -32,7 +32,7 @@ from ._episodes import EpisodeSlot
 from ._http_answer import Waiting, listing_result
 from ._jsonrpc import Message, cancelled_message, case_id_of, listing_request, protocol_version_of
 from ._recording import CallState
-from ._relay import Abort, Action, Note, Offer, Relay
+from ._relay import Abort, Action, KeepAnswer, Note, Offer, Relay
 from ._schema import listed_schemas
 
 PathLike = str | os.PathLike[str]
@@ -181,9 +181,21 @@ class HttpSessions:
                 self.slot(key).end_note(action.key, action.value)
             elif isinstance(action, Abort):
                 self.slot(key).abort(action.reason)
+            elif isinstance(action, KeepAnswer):
+                self.keep_answers(key, action.answers)
             else:
                 rest.append(action)
         return rest
+
+    def keep_answers(self, key: str, answers: dict[str, Any]) -> None:
+        """Keep the server's first answers (``initialize``, ``server/discover``,
+        ``tools/list``) for server-less replay: in the header's
+        ``meta["mcp"]["server_answers"]``, or the end record's once the episode opened."""
+        slot = self.slot(key)
+        if not slot.opened:
+            slot.note("server_answers", dict(answers))
+        else:
+            slot.end_note("server_answers", dict(answers))
 
     def slot(self, key: str, outer: TaskGroup | None = None) -> EpisodeSlot:
         """The episode of a session (or of a stateless case id), created on first use."""

@@ -130,3 +130,25 @@ async def test_clients_that_only_probed_record_no_episode(tmp_path: Path, upstre
     assert ep.header.meta["mcp"]["session_id"] == "R"
     assert ep.complete
     assert len(calls(ep)) == 1
+
+
+async def test_a_session_keeps_the_servers_first_answers_for_replay(
+    tmp_path: Path,
+    upstream: str,  # noqa: F811
+) -> None:
+    """initialize and tools/list answers go in the header's meta.mcp.server_answers, as
+    over stdio, so that the session can be replayed with no server."""
+    session = {**ACCEPT, "Mcp-Session-Id": "K"}
+    async with (
+        serving(tmp_path, upstream) as (_, base),
+        httpx.AsyncClient(base_url=base, timeout=10) as client,
+    ):
+        init = message(0, "initialize", {"protocolVersion": "2025-11-25"})
+        initialized = (await client.post("/mcp", json=init, headers=session)).json()
+        listing = message(1, "tools/list")
+        listed = (await client.post("/mcp", json=listing, headers=session)).json()
+        await client.post("/mcp", json=call(2), headers=session)
+        await client.delete("/mcp", headers=session)
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    answers = ep.header.meta["mcp"]["server_answers"]
+    assert answers == {"initialize": initialized["result"], "tools/list": listed["result"]}
