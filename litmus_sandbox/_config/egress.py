@@ -270,11 +270,19 @@ class EgressPolicy:
         """A JSON-able summary for the episode header (what the probe enforced)."""
         out: dict[str, Any] = {
             "default": self.default.mode,
-            "rules": {key: msgspec.to_builtins(rule) for key, rule in self._written.items()},
+            "rules": {key: _described(rule) for key, rule in self._written.items()},
         }
         if self.redact_query_params != SECRET_QUERY_PARAMS:
             out["redact_query_params"] = list(self.redact_query_params)
         return out
+
+
+def _described(rule: EgressRule) -> dict[str, Any]:
+    """A rule as the header says it: a stub's response only on a stub (a deny answers 403,
+    never the 200 a rule's defaults would say)."""
+    if rule.mode == "stub":
+        return dict(msgspec.to_builtins(rule))
+    return {"mode": rule.mode}
 
 
 def denied_body(host: str, port: int | None) -> bytes:

@@ -246,6 +246,22 @@ def test_egress_probe_satisfies_the_probe_protocol() -> None:
     }
 
 
+def test_the_header_says_a_stubs_response_only_on_a_stub() -> None:
+    """A deny answers 403: the header never lists it with the 200 a rule defaults to."""
+    policy = EgressPolicy.from_mapping(
+        {
+            "default": "allow",
+            "127.0.0.3": "deny",
+            "api.test": {"mode": "stub", "status": 201, "body": "ok"},
+        },
+        source="policy.toml",
+    )
+    assert policy.describe()["rules"] == {
+        "127.0.0.3": {"mode": "deny"},
+        "api.test": {"mode": "stub", "status": 201, "headers": {}, "body": "ok"},
+    }
+
+
 # ---------------------------------------------------------------- SNI parser
 
 
