@@ -187,6 +187,8 @@ class HttpToolCall:
             await self._send_reply()
         finally:
             proxy.calls.pop(call_key, None)
+            if pending.state is State.ABANDONED:
+                self.core.forget(pending)  # given up: over HTTP its answer cannot come now
             self.answered.set()
 
     async def _run_inline(self, call: OpenCall, cap: int) -> None:

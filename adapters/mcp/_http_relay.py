@@ -45,7 +45,7 @@ from ._jsonrpc import (
     parse,
 )
 from ._relay import CutOff, FinishCall, Relay, ToClient, ToServer, valid_id
-from ._relay._states import Pending, State
+from ._relay._states import Pending
 from ._sse import encode_event
 
 #: An initialize answer larger than this is relayed without reading it.
@@ -273,8 +273,7 @@ class HttpRelay(HttpSessions):
 def _settle(tracked: Tracked) -> None:
     """The exchange is over: over HTTP an answer only comes on its request's response,
     so one the core still waits for will never come (a batch of answers, a stream the
-    server dropped, a stop): it is given up, with no deadline left to fire."""
+    server dropped, a stop), and one it gave up on has had its error: the core forgets
+    it, with no deadline left to fire."""
     _, core, pending = tracked
-    if core.pending.get(pending.key) is pending and pending.state is State.AT_SERVER:
-        pending.deadline = None
-        core.give_up(pending)
+    core.forget(pending)

@@ -31,7 +31,7 @@ from ._http_exchange import Exchange
 from ._http_sessions import HttpSessions
 from ._jsonrpc import CONNECTION_CLOSED, error_message, id_key
 from ._recording import UpstreamGone
-from ._relay import FinishCall, Relay, ToClient, ToServer
+from ._relay import FinishCall, Pending, Relay, ToClient, ToServer
 from ._sse import encode_event
 
 
@@ -86,14 +86,14 @@ async def relay_task_result(
             try:
                 raw, _envelope = await stop.upstream(exchange.answer())
             except UpstreamGone as exc:
-                _give_up(core, request_id)
+                _forget(core, pending)  # before a stop could answer it too
                 if exchange.plain is not None:
                     await exchange.release()  # the server's own answer (an HTTP error)
                     return
                 await _say(down, request_id, str(exc))
                 return
             except Unanswered as unanswered:
-                _give_up(core, request_id)
+                _forget(core, pending)
                 if unanswered.reply is not None:
                     await _send(down, unanswered.reply)  # the core's own error
                 else:
@@ -112,13 +112,13 @@ async def relay_task_result(
     finally:
         proxy._waiting.discard(stop)
         stop.done.set()
+        _forget(core, pending)
 
 
-def _give_up(core: Relay, request_id: Any) -> None:
-    """The request got no answer to relay: a late one is dropped."""
-    pending = core.pending.get(id_key(request_id))
+def _forget(core: Relay, pending: Pending | None) -> None:
+    """The request's exchange is over: over HTTP, no answer to it can come any more."""
     if pending is not None:
-        core.give_up(pending)
+        core.forget(pending)
 
 
 async def _say(down: Downstream, request_id: Any, reason: str) -> None:

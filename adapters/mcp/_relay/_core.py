@@ -453,6 +453,17 @@ class Relay(Tasks, Guard):
         if self.pending.get(pending.key) is pending:
             advance(pending, Event.GIVE_UP)
 
+    def forget(self, pending: Pending) -> None:
+        """No answer to ``pending`` can come any more (over HTTP, an answer comes only
+        on its request's own response, and that exchange is over): whether still waited
+        for or already given up, it leaves the table, its deadline with it; nothing is
+        said to either side (the client had what its exchange carried)."""
+        if self.pending.get(pending.key) is not pending:
+            return  # answered, ended, or its id already reused
+        pending.deadline = None  # expire() finds the next deadline without it
+        advance(pending, Event.FORGET)
+        del self.pending[pending.key]
+
     def stop(self, reason: str) -> list[Action]:
         """End the session early: every request still waiting gets an error, the episode
         ends aborted - unless the client had already finished cleanly, or the session

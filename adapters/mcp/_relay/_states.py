@@ -23,7 +23,8 @@ TASK      a call the server made a task (it answered ``CreateTaskResult``, which
 RECORDING a call's answer came; its step is being written, then the reply is sent
 ABANDONED the proxy gave up on it (timeout, the client cancelled it, the proxy's own
           listing gave up): the client has its answer or expects none, so a late
-          answer from the server is dropped, never relayed
+          answer from the server is dropped, never relayed; a driver that knows no
+          answer can come any more (HTTP, once its exchange is over) forgets it
 ========= =============================================================================
 
 :data:`TRANSITIONS` is the whole table: ``(state, event) -> next state`` (``None``:
@@ -64,6 +65,9 @@ class Event(enum.Enum):
     RECORDED = "recorded"
     #: The server is gone, or the proxy stops: the request is answered and forgotten.
     END = "end"
+    #: No answer can come any more (over HTTP: the exchange that would carry it is
+    #: over): the request is forgotten, with nothing said to either side.
+    FORGET = "forget"
 
 
 S, E = State, Event
@@ -78,6 +82,7 @@ TRANSITIONS: dict[tuple[State, Event], State | None] = {
     (S.AT_SERVER, E.RECORDED): S.ABANDONED,  # recorded unanswered (its own timer, a cancel)
     (S.AT_SERVER, E.END): None,
     (S.AT_SERVER, E.TASK): S.TASK,
+    (S.AT_SERVER, E.FORGET): None,
     (S.TASK, E.ANSWER): S.RECORDING,
     (S.TASK, E.GIVE_UP): S.ABANDONED,  # cancelled: its late result is dropped
     (S.TASK, E.RECORDED): S.ABANDONED,
@@ -90,6 +95,7 @@ TRANSITIONS: dict[tuple[State, Event], State | None] = {
     (S.ABANDONED, E.GIVE_UP): S.ABANDONED,
     (S.ABANDONED, E.RECORDED): S.ABANDONED,
     (S.ABANDONED, E.END): None,
+    (S.ABANDONED, E.FORGET): None,
 }
 
 

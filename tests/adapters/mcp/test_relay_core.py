@@ -185,6 +185,41 @@ def test_a_request_times_out_and_initialize_is_never_cancelled(d: Driver) -> Non
     assert d.aborted[0] == "initialize got no answer within 5s (server hung?)"
 
 
+def test_a_forgotten_request_leaves_the_table_and_its_deadline_never_fires(d: Driver) -> None:
+    """Over HTTP an answer comes only on its request's own response: once that exchange
+    is over, the driver forgets the request, waited for or given up, and nothing more
+    happens to it (no timeout, no error, no cancel, no abort)."""
+    d.client_says(req(1, "resources/read"))
+    d.client_says(req(2, "prompts/get"))
+    d.tick(1.0)
+    d.client_says(req(3, "tools/list"))
+    waited, later = d.relay.pending[("int", 1)], d.relay.pending[("int", 3)]
+    d.relay.forget(waited)
+    assert d.tick(4.0) != []  # request 2 times out; 1 was forgotten
+    assert [json.loads(data)["id"] for data in d.client] == [2]
+    given_up = d.relay.pending[("int", 2)]
+    assert given_up.state is State.ABANDONED
+    d.relay.forget(given_up)
+    d.relay.forget(given_up)  # twice: nothing more
+    d.relay.forget(waited)
+    assert list(d.relay.pending) == [("int", 3)]
+    d.relay.forget(later)
+    assert d.tick(60.0) == []
+    assert not d.relay.pending
+    assert d.aborted == ["prompts/get got no answer within 5s (server hung?)"]
+    d.client_says(req(1, "resources/read"))  # the id may be used again
+    reused = d.relay.pending[("int", 1)]
+    d.relay.forget(waited)  # the old one's forget cannot touch the new request
+    assert d.relay.pending[("int", 1)] is reused
+
+
+def test_a_request_that_is_not_waiting_for_the_server_cannot_be_forgotten() -> None:
+    for state in (State.STARTING, State.TASK, State.RECORDING):
+        p = Pending("call", ("int", 1), 1, "tools/call", state)
+        with pytest.raises(InvalidTransition):
+            advance(p, Event.FORGET)
+
+
 def test_cancelling_a_forwarded_call_interrupts_it_and_tells_the_server(d: Driver) -> None:
     d.client_says(call(1, "hang"))
     d.client_says(cancel(1))
