@@ -3,13 +3,15 @@
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
 gets one per case id it names in ``_meta``, else one per client connection (with
 ``--case-id``, one for the whole proxy run): sessions that name no case are never merged.
-A session's DELETE interrupts its calls still running, then ends its episode. A session
-whose client is *gone* - no connection that carried its requests still open, nothing in
-progress (a call, a relayed request, a GET stream) - ends ``complete`` after
+A session whose client is *gone* - no connection that carried its requests still open,
+nothing in progress (a call, a relayed request, a GET stream) - ends ``complete`` after
 ``session_grace`` seconds, and a stop (a signal) that finds it gone does not abort it:
-clients that never send DELETE (sessionless ones, TS SDK v1's ``close()``) finish cleanly. The proxy learns the
-tools' output schemas from the listings it relays, or asks the server itself, once,
-before it answers a call without the server (see ``learn_schemas``).
+clients that never send DELETE (sessionless ones, TS SDK v1's ``close()``) finish
+cleanly. Either end, DELETE or the grace period, goes through the session's relay core
+(``Relay.session_ended``), which interrupts the calls still running; then the episode
+ends. The proxy learns the tools' output schemas from the listings it relays, or asks
+the server itself, once, before it answers a call without the server (see
+``learn_schemas``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ._episodes import EpisodeSlot
 from ._http_answer import Waiting, listing_result
 from ._jsonrpc import Message, cancelled_message, case_id_of, listing_request, protocol_version_of
 from ._recording import CallState
-from ._relay import Abort, Action, KeepAnswer, Note, Offer, Relay
+from ._relay import Abort, Action, FinishCall, KeepAnswer, Note, Offer, Relay
 from ._schema import listed_schemas
 
 PathLike = str | os.PathLike[str]
@@ -53,6 +55,7 @@ class RunningCall(Protocol):
     @property
     def answered(self) -> anyio.Event: ...
     def stop(self, reply: bytes | None) -> None: ...
+    def finish(self, action: FinishCall) -> None: ...
 
 
 class Presence:
@@ -282,16 +285,22 @@ class HttpSessions:
             await self._end_session(key)
 
     async def _end_session(self, key: str) -> None:
+        """The session's client is gone for good (DELETE, or past the grace period): its
+        core says what that interrupts (``Relay.session_ended``: the calls whose steps
+        are not written yet, each recorded as a cancelled call is), and the episode ends
+        once they are recorded: nothing is recorded after the episode's end."""
         self._presence.pop(key, None)
-        self._cores.pop(key, None)
-        slot = self._slots.pop(key, None)
+        core = self._cores.pop(key, None)
+        slot = self._slots.get(key)
         if slot is None:
             return
-        # Calls of the session still running are interrupted first (each records its
-        # step, as a cancelled call does): nothing is recorded after the episode's end.
+        if core is not None:
+            for action in self.perform(key, core.session_ended(anyio.current_time())):
+                if isinstance(action, FinishCall) and action.pending.handle is not None:
+                    running_call: RunningCall = action.pending.handle  # an HttpToolCall
+                    running_call.finish(action)
+        del self._slots[key]
         running = [call for (k, _), call in list(self.calls.items()) if k == key]
-        for call in running:
-            call.scope.cancel()
         with anyio.move_on_after(5, shield=True):
             for call in running:
                 await call.finished.wait()

@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-A driver (stdio: ``_stdio_session.py``) owns the pipes, the clock and the recorder; a
-:class:`Relay` owns every decision. It is fed what happens - a line from the client
-(:meth:`Relay.from_client`), a line from the server (:meth:`Relay.from_server`), the
-clock (:meth:`Relay.expire`), a side leaving (:meth:`Relay.client_closed`,
-:meth:`Relay.server_closed`), a stop (:meth:`Relay.stop`) - and returns the actions to
-perform, in order (``_actions.py``). Each request awaiting an answer is one
+A driver (stdio: ``_stdio_session.py``; streamable HTTP: ``_http*.py``) owns the pipes,
+the clock and the recorder; a :class:`Relay` owns every decision. It is fed what happens
+- a line from the client (:meth:`Relay.from_client`), a line from the server
+(:meth:`Relay.from_server`), the clock (:meth:`Relay.expire`), a side leaving
+(:meth:`Relay.client_closed`, :meth:`Relay.session_ended`, :meth:`Relay.server_closed`),
+a stop (:meth:`Relay.stop`), a request no answer can reach any more
+(:meth:`Relay.forget`) - and returns the actions to perform, in order (``_actions.py``). Each request awaiting an answer is one
 :class:`~._states.Pending` in one dict, in an explicit state (``_states.py``).
 
 Messages pass through byte for byte, except that a ``tools/call`` becomes a call the
@@ -168,6 +169,20 @@ class Relay(Tasks, Guard):
             p.kind != "own" and p.state is not State.ABANDONED for p in self.pending.values()
         )
         return []
+
+    def session_ended(self, now: float) -> list[Action]:
+        """The client ended its session (over HTTP: its DELETE, or its client gone past
+        the grace period): nobody is left to be shown a call's answer. The client is
+        gone, cleanly if nothing of its was pending (as :meth:`client_closed`); each call
+        whose step is not written yet is interrupted, as the client's cancel would
+        interrupt it (its step says so; the server is told by the session's end, not
+        here); requests still waiting are left to the exchanges that carry them."""
+        actions = self.client_closed(now)
+        for p in list(self.pending.values()):
+            if p.kind == "call" and p.state in (State.STARTING, State.AT_SERVER, State.TASK):
+                advance(p, Event.GIVE_UP)
+                actions.append(FinishCall(p, "interrupted"))
+        return actions
 
     def _offer(self, msg: Message) -> list[Action]:
         if not self._offering:

@@ -292,6 +292,42 @@ def test_a_client_that_hangs_up_on_a_pending_call_leaves_it_interrupted(d: Drive
     assert d.recorded[-1] == (2, "interrupted")
 
 
+def test_a_session_that_ends_interrupts_only_the_calls_still_running(d: Driver) -> None:
+    """Over HTTP a session ends at its DELETE or once its client is gone past the grace
+    period: the calls whose steps are not written are interrupted (no abort, nothing
+    to either side); requests waiting are left to their exchanges."""
+    d.client_says(call(1))
+    d.server_says(answer(1))  # recorded and relayed: nothing left of it
+    d.client_says(call(2, "hang"))
+    d.client_says(req(3, "resources/read"))
+    d.inline = False
+    (start,) = only(d.relay.from_client(call(4, "stubbed"), d.now), StartCall)
+    before = (list(d.client), list(d.server))
+    actions = d.run(d.relay.session_ended(d.now))
+    assert [(a.pending.id, a.how) for a in only(actions, FinishCall)] == [
+        (2, "interrupted"),
+        (4, "interrupted"),
+    ]
+    assert d.recorded[-2:] == [(2, "interrupted"), (4, "interrupted")]
+    assert (d.client, d.server) == before
+    assert d.aborted == []
+    assert d.relay.client_gone
+    assert not d.relay.clean
+    assert start.pending.key not in d.relay.pending
+    assert list(d.relay.pending) == [("int", 2), ("int", 3)]  # 2 given up, 3 still waited for
+    assert d.relay.pending[("int", 2)].state is State.ABANDONED
+    assert d.relay.pending[("int", 3)].state is State.AT_SERVER
+
+
+def test_a_session_that_ends_with_nothing_pending_finished_cleanly(d: Driver) -> None:
+    d.client_says(call(1))
+    d.server_says(answer(1))
+    assert d.run(d.relay.session_ended(d.now)) == []
+    assert d.relay.clean
+    assert d.run(d.relay.stop("the proxy was stopped by SIGTERM")) == []
+    assert d.aborted == []
+
+
 def test_a_clean_finish_is_not_aborted_by_a_stop_that_follows(d: Driver) -> None:
     d.client_says(req(0, "initialize"))
     d.server_says(answer(0, protocolVersion="2025-11-25"))
