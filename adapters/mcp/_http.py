@@ -17,8 +17,9 @@ life (forwarding, its answer or task, a cancel, the reply once its step is writt
 over stdio; its policy decides whether it reaches the server, and a real call's
 response, plain JSON or an event stream, is relayed byte for byte, with the stream's
 events teed into the step. ``tasks/*`` requests about a task the core knows go through
-it too (``_http_tasks.py``), and so does every other JSON-RPC request relayed but
-``initialize`` (``_http_relay.py``: its deadline, its answer). A stop with a reason is
+it too (``_http_tasks.py``), and so does every other JSON-RPC request relayed
+(``_http_relay.py``: its deadline, its answer; an ``initialize`` has a core of its own
+until its answer names its session). A stop with a reason is
 the cores' ``stop``: the error each gives a request still waiting goes to that
 request's exchange.
 

@@ -3,17 +3,24 @@
 Theory of operation
 -------------------
 Status, reason, headers and body bytes go back as the server sent them; an event stream
-is relayed chunk by chunk as it arrives, never buffered whole. A JSON-RPC request (other
-than ``initialize``, whose session is not known until it is answered) goes through its
-session's relay core, as over stdio: ``Relay.from_client`` tracks it and sets its
-deadline, its answer is fed back (``Relay.from_server``: a ``tools/list`` teaches the
-core the tools' output schemas, an answer in invalid UTF-8 becomes the core's error),
-and the core's clock (``Relay.expire``, driven by :meth:`HttpRelay.watch_deadlines`)
+is relayed chunk by chunk as it arrives, never buffered whole. A JSON-RPC request goes
+through its session's relay core, as over stdio: ``Relay.from_client`` tracks it and
+sets its deadline, its answer is fed back (``Relay.from_server``: a ``tools/list``
+teaches the core the tools' output schemas, an answer in invalid UTF-8 becomes the
+core's error), and the core's clock (``Relay.expire``, driven by :meth:`HttpRelay.watch_deadlines`)
 gives up on one the server leaves unanswered: the client gets ``-32001``, the server
 ``notifications/cancelled``, the episode ends aborted. Only waiting for the server
 counts, never writing to the client; a stop with a reason answers ``-32000``. An answer
 on an event stream is relayed as it comes (the core sees a copy); over an encoding this
 proxy cannot read, the headers count as the answer.
+
+An ``initialize`` belongs to no session until its answer names one (``Mcp-Session-Id``):
+until then it has a relay core of its own, which times it as any request (``-32001``,
+no ``notifications/cancelled``: it cannot be cancelled) but touches no episode, so a
+hung or broken ``initialize`` aborts nothing: there is no episode yet. Once the answer
+names the session, the episode takes the case id the client named on ``initialize``,
+the answer is kept with the session core's for server-less replay, and a result makes
+the session one to record.
 """
 
 from __future__ import annotations
@@ -25,12 +32,12 @@ import anyio
 import httpx
 
 from ._downstream import Downstream, forwardable
+from ._episodes import EpisodeSlot
 from ._http_answer import (
     EventWatch,
     Unanswered,
     Waiting,
     decoded,
-    listing_result,
     read_bounded,
 )
 from ._http_call import HttpToolCall
@@ -44,12 +51,21 @@ from ._jsonrpc import (
     no_answer,
     parse,
 )
-from ._relay import CutOff, FinishCall, Relay, ToClient, ToServer, valid_id
+from ._relay import (
+    Abort,
+    Action,
+    CutOff,
+    FinishCall,
+    KeepAnswer,
+    Note,
+    Offer,
+    Relay,
+    ToClient,
+    ToServer,
+    valid_id,
+)
 from ._relay._states import Pending
 from ._sse import encode_event
-
-#: An initialize answer larger than this is relayed without reading it.
-_MAX_READ = 8 << 20
 
 #: The relayed request the core tracks: its session key, core and pending request.
 Tracked = tuple[str, Relay, Pending]
@@ -72,7 +88,18 @@ class HttpRelay(HttpSessions):
         module's theory of operation)."""
         wait, tracked = None, None
         if msg is not None and msg.kind == "request":
-            if msg.method != "initialize" and valid_id(msg.id):
+            if msg.method == "initialize" and valid_id(msg.id):
+                # No session yet (its id comes with the answer): a core of its own times
+                # it, and it touches no episode (see ``_perform``).
+                core = Relay(timeout=self.timeout, max_message_bytes=self.max_message_bytes)
+                core.schemas = self.output_schemas
+                core.from_client(body, anyio.current_time())  # its Offer waits for the key
+                pending = core.pending[id_key(msg.id)]
+                wait = pending.handle = Waiting(math.inf, url, headers)
+                self._openings[core] = ""
+                tracked = ("", core, pending)
+                self.arm(core)
+            elif valid_id(msg.id):
                 key = self.key_for(headers, msg, down.conn_id)
                 core = self.core(key)
                 actions = self.perform(key, core.from_client(body, anyio.current_time()))
@@ -100,6 +127,7 @@ class HttpRelay(HttpSessions):
                 wait.done.set()
             if tracked is not None:
                 _settle(tracked)
+                self._openings.pop(tracked[1], None)
 
     async def _unanswered(self, down: Downstream, msg: Message, unanswered: Unanswered) -> None:
         """A relayed request the server left unanswered: stopped early, timed out (the
@@ -111,7 +139,7 @@ class HttpRelay(HttpSessions):
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}")
         elif self.stop_reason is not None:
             reply = error_message(msg.id, CONNECTION_CLOSED, f"litmus-sandbox: {self.stop_reason}")
-        else:  # initialize (no session yet, and it cannot be cancelled)
+        else:  # a request the core cannot track (its id is not one JSON-RPC allows)
             reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
         if unanswered.mid_event:
@@ -143,25 +171,20 @@ class HttpRelay(HttpSessions):
             await down.whole(502, b"application/json", error_message(rid, CONNECTION_CLOSED, text))
             return
         try:
-            opening, opening_key = None, ""
-            if msg is not None and msg.method == "initialize" and response.is_success:
-                # The session id arrives with the answer: its episode takes the case id
-                # the client named on initialize; it is a session (not a probe) once the
-                # answer is a result.
-                sid = response.headers.get("mcp-session-id")
-                key = (
-                    f"session:{sid}"
-                    if sid is not None
-                    else self.key_for(headers, msg, down.conn_id)
-                )
-                opening, opening_key = self.slot(key), key
-                self.offer(opening, msg, touch=False)
+            opening: EpisodeSlot | None = None
+            if (
+                tracked is not None
+                and tracked[1] in self._openings
+                and msg is not None
+                and response.is_success
+            ):
+                tracked = self._open(response, headers, msg, down.conn_id, tracked)
+                opening = self.slot(tracked[0])
             ctype = response.headers.get("content-type", "")
             encoding = response.headers.get("content-encoding", "identity")
             status = response.status_code
             out_headers = forwardable(response.headers.raw)
             reason = response.reason_phrase.encode("latin-1")
-            seen = bytearray()
             if wait is not None and not ctype.startswith("text/event-stream"):
                 # One JSON answer: read it whole from the server (bounded), then pass it on.
                 raw = await wait.upstream(read_bounded(response, self.max_message_bytes))
@@ -170,7 +193,6 @@ class HttpRelay(HttpSessions):
                     raw = self._answered(tracked, raw, encoding)
                 await down.start(status, out_headers, reason)
                 await down.body(raw)
-                seen += raw[:_MAX_READ]
             else:
                 await down.start(status, out_headers, reason)
                 # On a stream, the request is answered by one of its events; an encoding
@@ -190,8 +212,6 @@ class HttpRelay(HttpSessions):
                             unanswered.mid_event = events is None or events.mid_event
                             raise
                         await down.body(chunk)
-                        if opening is not None and len(seen) < _MAX_READ:
-                            seen += chunk
                         if wait is None or events is None:
                             continue
                         if (data := events.answered(chunk, rid)) is not None:
@@ -207,16 +227,10 @@ class HttpRelay(HttpSessions):
                 except httpx.HTTPError:
                     pass  # the server dropped the stream: end ours where it ended
             await down.end()
-            if opening is not None and len(seen) < _MAX_READ:
-                plain = decoded(bytes(seen), response.headers.get("content-encoding"))
-                result = listing_result(plain, ctype, rid) if plain is not None else None
-                if isinstance(result, dict):
-                    opening.touch()  # the handshake completed: a session to record
-                    # Kept for server-less replay with what the session's core keeps.
-                    core = self.core(opening_key)
-                    if len(seen) <= core.max_answer_bytes:
-                        core.answers.setdefault("initialize", result)
-                        self.keep_answers(opening_key, core.answers)
+            if opening is not None and tracked is not None and tracked[1].engaged:
+                # The handshake completed (its answer was a result): a session to record.
+                opening.touch()
+                self.core(tracked[0]).engaged = True
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
@@ -234,7 +248,7 @@ class HttpRelay(HttpSessions):
             return raw  # an encoding this proxy cannot read: relayed unseen
         line = plain if plain.endswith(b"\n") else plain + b"\n"
         shown = raw
-        for action in self.perform(key, core.from_server(line, anyio.current_time())):
+        for action in self._perform(key, core, core.from_server(line, anyio.current_time())):
             if isinstance(action, CutOff):
                 raise Unanswered(cut_off=action.reason)
             if isinstance(action, ToClient) and action.data != line:
@@ -243,21 +257,62 @@ class HttpRelay(HttpSessions):
             self.listed = True  # the tools were listed: their schemas are known
         return shown
 
+    def _open(
+        self,
+        response: httpx.Response,
+        headers: list[tuple[bytes, bytes]],
+        msg: Message,
+        conn_id: int,
+        tracked: Tracked,
+    ) -> Tracked:
+        """An ``initialize`` answered: the session id arrives with the answer, and its
+        episode takes the case id the client named on initialize (it is a session, not
+        a probe, once the answer is a result). The initialize's core keeps the server's
+        answers with the session core's, for server-less replay."""
+        sid = response.headers.get("mcp-session-id")
+        key = f"session:{sid}" if sid is not None else self.key_for(headers, msg, conn_id)
+        _, opening, pending = tracked
+        self._openings[opening] = key
+        opening.answers = self.core(key).answers
+        self.offer(self.slot(key), msg, touch=False)
+        return key, opening, pending
+
+    def _perform(self, key: str, core: Relay, actions: list[Action]) -> list[Action]:
+        """``perform`` for a tracked request's core. An ``initialize``'s own core touches
+        no episode (there is none until its answer completes the handshake: a hung or
+        broken ``initialize`` aborts nothing); it only keeps the server's answer, once
+        the session is known."""
+        if core not in self._openings:
+            return self.perform(key, actions)
+        rest: list[Action] = []
+        for action in actions:
+            if isinstance(action, KeepAnswer):
+                if key:
+                    self.keep_answers(key, action.answers)
+            elif not isinstance(action, Offer | Abort | Note):
+                rest.append(action)
+        return rest
+
     async def watch_deadlines(self) -> None:
-        """Feed each session's core the clock at its earliest deadline (one timer for
-        all), and carry out what it decides for the requests it gave up on."""
+        """Feed each session's core (and each ``initialize``'s) the clock at its earliest
+        deadline (one timer for all), and carry out what it decides for the requests it
+        gave up on."""
         while True:
-            nxt = min((c.next_deadline for c in self._cores.values()), default=math.inf)
+            nxt = min((c.next_deadline for _, c in self._timed()), default=math.inf)
             with anyio.CancelScope(deadline=nxt) as self._deadlines:
                 await anyio.sleep_forever()
             now = anyio.current_time()
-            for key, core in list(self._cores.items()):
+            for key, core in self._timed():
                 if core.next_deadline <= now:
                     self._expire(key, core, now)
 
+    def _timed(self) -> list[tuple[str, Relay]]:
+        """Every core with a clock to feed, with its session's key."""
+        return [*self._cores.items(), *((key, core) for core, key in self._openings.items())]
+
     def _expire(self, key: str, core: Relay, now: float) -> None:
         wait: Waiting | None = None
-        for action in self.perform(key, core.expire(now)):
+        for action in self._perform(key, core, core.expire(now)):
             if isinstance(action, FinishCall) and isinstance(action.pending.handle, HttpToolCall):
                 action.pending.handle.finish(action)  # an inline call timed out
             elif isinstance(action, ToClient):  # an error for a request given up on

@@ -142,6 +142,9 @@ class HttpSessions:
         self._learning: anyio.Event | None = None
         #: Each session's relay core: its recorded calls and tasks, and their decisions.
         self._cores: dict[str, Relay] = {}
+        #: Each ``initialize`` in flight has a core of its own (``HttpRelay.relay``): its
+        #: session's key once the answer names it, else "".
+        self._openings: dict[Relay, str] = {}
 
     def core(self, key: str) -> Relay:
         """The relay core of session ``key`` (created on first use). Its calls' output

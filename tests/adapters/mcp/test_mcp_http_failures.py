@@ -29,8 +29,9 @@ _STREAMS = ("prompts/list", "prompts/get", "completion/complete")
 
 
 class _Upstream(BaseHTTPRequestHandler):
-    """A stateless MCP endpoint: ``hang`` never answers, ``crash`` drops the connection;
-    an ``initialize`` asking for protocol version ``bogus`` gets a JSON-RPC error."""
+    """A stateless MCP endpoint: ``hang`` never answers (nor does an ``initialize`` asking
+    for protocol version ``hang``), ``crash`` drops the connection; an ``initialize``
+    asking for protocol version ``bogus`` gets a JSON-RPC error."""
 
     protocol_version = "HTTP/1.1"
 
@@ -53,7 +54,8 @@ class _Upstream(BaseHTTPRequestHandler):
         if method == "resources/list":  # a large answer, sent at once
             self._json({"jsonrpc": "2.0", "id": body["id"], "result": {"blob": "b" * 2_000_000}})
             return
-        if name == "hang" or method == "resources/read":
+        version = body.get("params", {}).get("protocolVersion")
+        if name == "hang" or method == "resources/read" or version == "hang":
             RELEASE.wait(10)
             return
         if name == "crash":  # the server dies mid-call: the connection goes, no answer

@@ -152,3 +152,47 @@ async def test_a_session_keeps_the_servers_first_answers_for_replay(
     (ep,) = episodes(tmp_path / "eps.jsonl")
     answers = ep.header.meta["mcp"]["server_answers"]
     assert answers == {"initialize": initialized["result"], "tools/list": listed["result"]}
+
+
+async def test_a_hung_initialize_times_out_and_aborts_no_episode(
+    tmp_path: Path,
+    upstream: str,  # noqa: F811
+) -> None:
+    """An initialize belongs to no session until its answer names one: its own relay
+    core times it (-32001, as any request) but there is no episode to abort, even when
+    a signal follows; the session beside it is recorded complete."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+    from test_mcp_http_failures import RELEASE
+
+    proxy = HttpProxy(
+        upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5, session_grace=None
+    )
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as hung:
+            params = {"protocolVersion": "hang", "_meta": {"litmus/case_id": "hung"}}
+            with anyio.fail_after(5):
+                reply = await hung.post(
+                    "/mcp", json=message(0, "initialize", params), headers=ACCEPT
+                )
+            error = reply.json()
+            assert (error["id"], error["error"]["code"]) == (0, -32001)
+            assert "initialize got no answer within 0.5s" in error["error"]["message"]
+            assert not proxy._openings  # its core went with its exchange
+            async with httpx.AsyncClient(base_url=base, timeout=10) as real:
+                session = {**ACCEPT, "Mcp-Session-Id": "R"}
+                init = message(0, "initialize", {"protocolVersion": "2025-11-25"})
+                await real.post("/mcp", json=init, headers=session)
+                await real.post("/mcp", json=call(1), headers=session)
+            with anyio.fail_after(10):
+                # ASYNC110: the condition is the proxy seeing the connection close.
+                while not proxy.gone("session:R"):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            RELEASE.set()
+            proxy.stop("the proxy was stopped by SIGTERM")  # the hung client is still there
+            with anyio.fail_after(10):
+                await proxy.stopped.wait()
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    assert ep.header.meta["mcp"]["session_id"] == "R"
+    assert ep.complete  # its client had left before the signal
