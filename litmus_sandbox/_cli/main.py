@@ -5,8 +5,11 @@ cases (unless ``--allow-unresolved``); 5 nothing was compared, no case on either
 (unless ``--allow-empty``); 2 bad usage or unreadable input, reported as one
 line naming the file and line, never a traceback; 6 the judge gave no verdict for some
 steps (``score``, ``rebaseline``, ``gate --candidate-episodes``: one line per failure
-class). ``replay --check`` and ``diff`` (in ``_replay_cli.py``) exit 1 on a divergence or
+class). ``replay --check`` and ``diff`` (in ``_cli/replay.py``) exit 1 on a divergence or
 a difference.
+
+The parser of ``--help`` and ``--version`` names the commands only (:data:`COMMANDS`):
+each command's modules (reports, judges, stores) are imported when it is parsed or run.
 """
 
 from __future__ import annotations
@@ -16,31 +19,10 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 
-from litmus_sandbox import reports
-from litmus_sandbox._cli.gate import EPILOG as GATE_EPILOG
-from litmus_sandbox._cli.gate import add_gate_flags, candidate_policies, run_gate
 from litmus_sandbox._cli.parser import Parser
-from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress, status
-from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
-from litmus_sandbox._cli.show import add_parser as add_show_parser
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError
-from litmus_sandbox._model.records import AnyVerdict, Verdict
-from litmus_sandbox._runtime.rebaseline import (
-    Rebaselined,
-    plan_config,
-    rebaseline,
-    rebaseline_config,
-    rescore_costs,
-)
-from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
-from litmus_sandbox._store.cache import VerdictCache
-from litmus_sandbox._store.exclusions import load_exclusions
-from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
-from litmus_sandbox.judges import ScoringConfig, load_policy
-from litmus_sandbox.reports._shared import plural
 
 # 1 (a regression), 4 (unresolved) and 5 (nothing compared) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -55,20 +37,39 @@ EXIT_CODES = (
     "unless --allow-empty); 6 the judge gave no verdict for some steps (score, rebaseline, "
     "gate --candidate-episodes); 130 stopped by a signal (proxy mcp)."
 )
+#: Each command and its one-line help, in the order ``--help`` lists them.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("score", "score episodes into a verdict stream"),
+    ("gate", "compare candidate verdicts with a baseline"),
+    ("rebaseline", "re-score baseline recordings like the candidate"),
+    ("replay", "check that episodes followed a recording (divergence report)"),
+    ("diff", "compare two episodes step by step"),
+    ("show", "print an episode's timeline: steps, fidelity, refusals, effects, findings"),
+    ("import", "turn other harnesses' logs into episode streams"),
+    ("export", "write episodes in other tools' formats"),
+    ("run", "run other harnesses' workloads, recorded"),
+    ("proxy", "record the tool calls of existing MCP servers (proxy mcp --help)"),
+    ("demo", "run the built-in adversarial demo (no network, no model)"),
+)
+_HELP = dict(COMMANDS)
 
 
-def default_cache_path() -> str:
-    """``$LITMUS_CACHE``, else ``$XDG_CACHE_HOME/litmus-sandbox/verdicts.sqlite``."""
-    if env := os.environ.get("LITMUS_CACHE"):
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "litmus-sandbox" / "verdicts.sqlite")
+def cmd_score(args: argparse.Namespace) -> int:
+    from litmus_sandbox._cli.commands import cmd_score as run
+
+    return run(args)
 
 
-def _open_cache(args: argparse.Namespace) -> VerdictCache | None:
-    if args.no_cache:
-        return None
-    return VerdictCache(args.cache or default_cache_path())
+def cmd_gate(args: argparse.Namespace) -> int:
+    from litmus_sandbox._cli.commands import cmd_gate as run
+
+    return run(args)
+
+
+def cmd_rebaseline(args: argparse.Namespace) -> int:
+    from litmus_sandbox._cli.commands import cmd_rebaseline as run
+
+    return run(args)
 
 
 def _add_cache_flags(p: argparse.ArgumentParser) -> None:
@@ -89,249 +90,38 @@ def _add_quiet_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _warn(warnings: Sequence[ReadWarning | str]) -> None:
-    for w in warnings:
-        print(f"litmus-sandbox: {w}", file=sys.stderr)
-
-
-def _check_output(output: str, inputs: Sequence[str | None]) -> None:
-    """Refuse an output path that would destroy an input or that is a directory.
-
-    Raises:
-        LitmusError: ``output`` is a directory, or the same file as one of ``inputs``.
-    """
-    if os.path.isdir(output):
-        raise LitmusError(f"-o {output}: is a directory (give a file to write)")
-    if not os.path.exists(output):
-        return
-    for path in inputs:
-        if path is None:
-            continue
-        try:
-            same = os.path.samefile(output, path)
-        except OSError:
-            continue  # an input that cannot be opened is reported when it is read
-        if same:
-            raise LitmusError(
-                f"-o {output} is also an input ({path}): writing it would destroy that "
-                "input; write somewhere else"
-            )
-
-
-def _check_distinct(paths: Sequence[str]) -> None:
-    """Refuse a file given twice (its episodes or verdicts would count twice).
-
-    Raises:
-        LitmusError: names the file.
-    """
-    seen: dict[tuple[int, int], str] = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # reported when it is read
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            raise LitmusError(
-                f"{path}: given twice (as {seen[key]}); its records would count twice"
-            )
-        seen[key] = path
-
-
-def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
-    """As :func:`_check_output`, for a verdict stream (always a file, never stdout)."""
-    if output == "-":
-        raise LitmusError("-o -: a verdict stream is written to a file; give its path")
-    _check_output(output, inputs)
-
-
-# ---------------------------------------------------------------- score
-
-
-def cmd_score(args: argparse.Namespace) -> int:
-    _check_distinct(args.episodes)
-    _check_verdicts_output(args.output, [*args.episodes, args.policy])
-    config = load_policy(args.policy)
-    cache = _open_cache(args)
-    failed = False
-    try:
-        with score_progress(args.episodes, config, quiet=args.quiet) as progress:
-            stats = score_files(args.episodes, config, args.output, cache=cache, progress=progress)
-    except ScoringFailed as exc:
-        stats, failed = exc.stats, True
-    finally:
-        if cache is not None:
-            cache.close()
-    _warn(stats.warnings)
-    print(
-        f"scored {plural(stats.episodes, 'episode')} ({plural(stats.steps_covered, 'step')} "
-        f"covered): {plural(stats.judge_calls, 'judge call')}, {stats.cache_hits} served from cache"
-        + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
-        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
-        + f" -> {args.output}"
-    )
-    if failed:
-        report_failures(stats)
-        return EXIT_JUDGE
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------- gate
-
-
-def cmd_gate(args: argparse.Namespace) -> int:
-    if args.output == "-":
-        args.output = None  # stdout
-    on_the_fly = args.candidate is None
-    _check_distinct(args.baseline)
-    _check_distinct(args.candidate or args.candidate_episodes)
-    _check_distinct(args.candidate_episodes or [])
-    _check_distinct(args.baseline_episodes or [])
-    if args.output:
-        candidate_inputs = [*(args.candidate or ()), *(args.candidate_episodes or ()), args.policy]
-        inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]
-        _check_output(args.output, inputs)
-    if args.html:
-        if args.output and os.path.abspath(args.html) == os.path.abspath(args.output):
-            raise LitmusError(f"--html {args.html} is also -o: give the reports two files")
-        _check_output(
-            args.html,
-            [
-                *args.baseline,
-                *(args.candidate or ()),
-                *(args.candidate_episodes or ()),
-                args.exclude,
-                args.policy,
-                *(args.baseline_episodes or ()),
-                args.output,
-            ],
-        )
-    exclusions = load_exclusions(args.exclude) if args.exclude else {}
-    config: ScoringConfig | None = None
-    candidate_verdicts: Sequence[AnyVerdict] | None = None
-    judge_failed = False
-    if on_the_fly:
-        config = load_policy(args.policy)
-        candidate_verdicts, stats = _score_candidate(args, config)
-        if stats.failures:
-            # The cases judged are still gated and reported (a case without a verdict is
-            # candidate_missing, as after `score`); the exit code says the judge failed,
-            # unless a regression among the judged cases blocks anyway.
-            report_failures(stats)
-            judge_failed = True
-    # The verdict files are read as the gate decides (_cli/gate.py); the re-baseline
-    # plan's costs need the candidate's policy records before.
-    warnings: list[str] = []
-    recordings: dict[str, int | None] | None = None
-    if args.baseline_episodes:
-        candidate = [] if on_the_fly else candidate_policies(args.candidate)
-        recordings = _rescore_costs(args, candidate, warnings, config)
-    code = run_gate(args, exclusions, recordings, warnings, candidate_verdicts)
-    return EXIT_JUDGE if judge_failed and code != 1 else code
-
-
-def _score_candidate(
-    args: argparse.Namespace, config: ScoringConfig
-) -> tuple[list[Verdict], ScoreStats]:
-    """``gate --candidate-episodes``: the candidate scored now, through the cache, as
-    ``score`` would (its read warnings on stderr, as ``score`` prints them)."""
-    stats = ScoreStats()
-    cache = _open_cache(args)
-    try:
-        with score_progress(args.candidate_episodes, config, quiet=args.quiet) as progress:
-            episodes = iter_episodes(args.candidate_episodes, stats.warnings)
-            verdicts, _ = score_all(episodes, config, cache, stats, progress)
-    finally:
-        if cache is not None:
-            cache.close()
-    _warn(stats.warnings)
-    return scored(verdicts), stats
-
-
-def _rescore_costs(
-    args: argparse.Namespace,
-    candidate: Sequence[VerdictStream],
-    warnings: list[str],
-    config: ScoringConfig | None = None,
-) -> dict[str, int | None]:
-    """Judge calls a re-score of each complete baseline recording would take (cache-aware),
-    under ``config`` (the candidate's, scored on the fly) or the candidate streams' policy."""
-    upper_bounds = None
-    if config is None:
-        config, upper_bounds = plan_config(candidate)
-    ep_warnings: list[ReadWarning] = []
-    cache = _open_cache(args) if config is not None else None
-    try:
-        costs = rescore_costs(args.baseline_episodes, config, cache, ep_warnings)
-    finally:
-        if cache is not None:
-            cache.close()
-    warnings.extend(str(w) for w in ep_warnings)
-    if upper_bounds is not None:
-        warnings.append(upper_bounds)
-    return costs
-
-
-# ---------------------------------------------------------------- rebaseline
-
-
-def cmd_rebaseline(args: argparse.Namespace) -> int:
-    _check_distinct(args.episodes)
-    _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
-    config, record = rebaseline_config(like=args.like, policy=args.policy)
-    if record is None:
-        print(
-            f"litmus-sandbox: warning: {args.policy} not checked against any candidate (no --like)",
-            file=sys.stderr,
-        )
-    cache = _open_cache(args)
-    failed = False
-    try:
-        with score_progress(
-            args.episodes, config, quiet=args.quiet, what="re-scoring", skip_unscorable=True
-        ) as progress:
-            done = rebaseline(args.episodes, config, args.output, cache=cache, progress=progress)
-    except ScoringFailed as exc:
-        done = exc.result if isinstance(exc.result, Rebaselined) else Rebaselined(exc.stats)
-        failed = True
-    finally:
-        if cache is not None:
-            cache.close()
-    stats = done.stats
-    _warn(stats.warnings)
-    print(
-        f"re-scored {plural(len(done.verdicts), 'baseline episode')} "
-        f"({plural(stats.steps_covered, 'step')}): "
-        f"{plural(stats.judge_calls, 'judge call')} made, {stats.cache_hits} served from cache"
-        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
-        + f" -> {args.output}"
-    )
-    if done.rerun:
-        needs = "case needs" if len(done.rerun) == 1 else "cases need"
-        print(f"{len(done.rerun)} {needs} a re-run of the baseline instead:")
-        for case_id, why in done.rerun:
-            print(f"  {case_id}: {why}")
-    if failed:
-        report_failures(stats)
-        return EXIT_JUDGE
-    return EXIT_OK
-
-
 # ---------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"litmus-sandbox {package_version()}")  # on stdout, as argparse's own
+        parser.exit()
+
+
+def build_parser(full: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser; with ``full=False`` the commands are only named (what
+    ``--help`` and ``--version`` need), so their modules are not imported."""
     parser = Parser(
         prog="litmus-sandbox",
         description="Record agent runs honestly, score them, and gate only what is comparable.",
         epilog=EXIT_CODES,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"litmus-sandbox {package_version()}"
-    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    if not full:
+        for name, help_ in COMMANDS:
+            sub.add_parser(name, help=help_)
+        return parser
+    from litmus_sandbox import reports
+    from litmus_sandbox._cli.gate import EPILOG as GATE_EPILOG
+    from litmus_sandbox._cli.gate import add_gate_flags
+    from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
+    from litmus_sandbox._cli.show import add_parser as add_show_parser
 
-    p = sub.add_parser("score", help="score episodes into a verdict stream")
+    p = sub.add_parser("score", help=_HELP["score"])
     p.add_argument("episodes", nargs="+", metavar="EPISODES", help="episode stream files (JSONL)")
     p.add_argument("--policy", required=True, metavar="POLICY.toml", help="scoring policy file")
     p.add_argument(
@@ -341,9 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser(
-        "gate", help="compare candidate verdicts with a baseline", epilog=GATE_EPILOG
-    )
+    p = sub.add_parser("gate", help=_HELP["gate"], epilog=GATE_EPILOG)
     p.add_argument(
         "--baseline", required=True, nargs="+", metavar="B", help="baseline verdict stream(s)"
     )
@@ -392,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_gate)
 
-    p = sub.add_parser("rebaseline", help="re-score baseline recordings like the candidate")
+    p = sub.add_parser("rebaseline", help=_HELP["rebaseline"])
     p.add_argument(
         "--episodes", required=True, nargs="+", metavar="E", help="baseline episode streams"
     )
@@ -419,15 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parsers(sub)
     add_show_parser(sub)
     _add_import_parsers(sub)
-    _add_adapter_group(sub, "export", "write episodes in other tools' formats", EXPORTERS)
-    _add_adapter_group(sub, "run", "run other harnesses' workloads, recorded", RUNNERS)
+    _add_adapter_group(sub, "export", _HELP["export"], EXPORTERS)
+    _add_adapter_group(sub, "run", _HELP["run"], RUNNERS)
     # Listed for --help only: main() hands "proxy ..." to the adapter's own parser.
-    p = sub.add_parser(
-        "proxy", help="record the tool calls of existing MCP servers (proxy mcp --help)"
-    )
+    p = sub.add_parser("proxy", help=_HELP["proxy"])
     p.add_argument("kind", choices=["mcp"], help="the kind of tool server")
 
-    p = sub.add_parser("demo", help="run the built-in adversarial demo (no network, no model)")
+    p = sub.add_parser("demo", help=_HELP["demo"])
     p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
     p.set_defaults(func=cmd_demo)
     return parser
@@ -450,7 +236,7 @@ IMPORTERS: dict[str, tuple[str, str]] = {
 
 
 def _add_import_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
-    p = sub.add_parser("import", help="turn other harnesses' logs into episode streams")
+    p = sub.add_parser("import", help=_HELP["import"])
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=Parser)
     for kind, (module, what) in IMPORTERS.items():
         k = kinds.add_parser(kind, help=f"import {what}")
@@ -504,6 +290,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.command != "import":  # export, run: the adapter shows what it does
         code: int = module.run(args)
         return code
+    from litmus_sandbox._cli.progress import status
+    from litmus_sandbox.reports._shared import plural
+
     with status(f"importing {plural(len(args.logs), 'log')} ({args.kind})", quiet=args.quiet):
         code = module.run(args)
     return code
@@ -549,7 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args = parse_proxy(argv[1:])
     else:
-        parser = build_parser()
+        # Only named commands for --help and --version: their modules are not loaded.
+        parser = build_parser(full=not (not argv or argv[0] in ("-h", "--help", "--version")))
         args = parser.parse_args(argv)
         if args.command == "rebaseline" and not (args.like or args.policy):
             parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")

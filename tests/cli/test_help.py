@@ -12,6 +12,7 @@ import pytest
 from factories import ROOT
 
 from litmus_sandbox._cli.main import main
+from litmus_sandbox._model.about import package_version
 
 
 def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,3 +83,35 @@ def test_readme_is_a_one_page_guide_pointing_only_at_what_exists() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in (ROOT / "docs").rglob("*.md"):
         assert str(page.relative_to(ROOT / "docs")) in nav, f"{page} is not in mkdocs.yml's nav"
+
+
+def test_help_names_the_commands_without_loading_them() -> None:
+    """``--help`` and ``--version`` build a parser that only names the commands: it says
+    what the full parser says, and loads no report, judge, store or I/O library."""
+    from litmus_sandbox._cli.main import build_parser
+
+    assert build_parser(full=False).format_help() == build_parser(full=True).format_help()
+    probe = (
+        "import sys\n"
+        "from litmus_sandbox._cli.main import main\n"
+        "for argv in (['--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    loaded = set(done.stderr.split())
+    ours = {m for m in loaded if m.startswith("litmus_sandbox.")}
+    assert ours <= {
+        "litmus_sandbox._cli",
+        "litmus_sandbox._cli.main",
+        "litmus_sandbox._cli.parser",
+        "litmus_sandbox._model",
+        "litmus_sandbox._model.about",
+        "litmus_sandbox._model.errors",
+    }, ours
+    assert not loaded & {"msgspec", "anyio", "httpx", "sqlite3", "watchdog"}
+    assert "usage: litmus-sandbox" in done.stdout
+    assert done.stdout.rstrip().endswith(f"litmus-sandbox {package_version()}")
