@@ -10,7 +10,11 @@ nests too deep, is refused by the session's core and never reaches the server
 ``HttpToolCall``; one the client asked to run as a task runs in a task of the proxy's,
 so that the client's connection goes on once it has the task). The client's
 ``notifications/cancelled`` for a recorded call is the core's to decide (``_cancel``:
-the call is interrupted; the server hears of it only if it saw the call). A ``tasks/*``
+the call is interrupted; the server hears of it only if it saw the call). A sessionless
+client's cancel comes on a connection of its own (the call's carries the call's stream), so
+outside the call's session (one per connection): it is tied to the call by evidence
+(``_cancelled_session``: its ``requestId`` names exactly one call in flight among the
+sessionless sessions of the same client address). A ``tasks/*``
 request about a task a core knows goes to that core (``_http_tasks.py``); everything
 else is relayed (``_http_relay.py``). Before any of it, a request of a session that has
 not opened its episode yet may name its case id (a probe's requests too: they open
@@ -20,6 +24,7 @@ nothing).
 from __future__ import annotations
 
 import anyio
+from anyio.abc import SocketAttribute
 
 from ._downstream import Downstream
 from ._http_call import CLIENT_GONE, HttpToolCall
@@ -51,6 +56,8 @@ class HttpEndpoint(HttpRelay):
             await self._refuse(down, raw_headers, msg, body)
             return
         key = self.key_for(raw_headers, msg, down.conn_id)
+        if msg.method == "notifications/cancelled":
+            key = self._cancelled_session(key, msg, down)
         self.arrive(key, down.keys)
         try:
             await self._post(down, key, msg, url, headers, body)
@@ -84,6 +91,31 @@ class HttpEndpoint(HttpRelay):
                 await relay_task(self, key, core, down, url, headers, body, msg.id)
                 return
         await self.relay(down, "POST", url, headers, body, msg=msg)
+
+    def _cancelled_session(self, key: str, msg: Message, down: Downstream) -> str:
+        """The session a ``notifications/cancelled`` is about: its own, unless it came
+        outside any session (no session id, no case id: a session of its connection alone)
+        and its ``requestId`` is not in flight there but names exactly one call in flight
+        among the sessionless sessions of the same client address: then that call's. With
+        several such calls it is ambiguous and stays its connection's (relayed as is)."""
+        rid = cancelled_request_of(msg)
+        if not key.startswith("connection:") or not valid_id(rid):
+            return key
+        rkey = id_key(rid)
+        own = self._cores.get(key)
+        if own is not None and rkey in own.pending:
+            return key
+        host = _client_host(down)
+        matches = [
+            other
+            for other, core in self._cores.items()
+            if other.startswith("connection:")
+            and (pending := core.pending.get(rkey)) is not None
+            and pending.kind == "call"
+            and isinstance(pending.handle, HttpToolCall)
+            and _client_host(pending.handle.down) == host
+        ]
+        return matches[0] if len(matches) == 1 else key
 
     async def _call(
         self,
@@ -166,3 +198,9 @@ class HttpEndpoint(HttpRelay):
             return False  # the server saw the call: it hears of the cancellation too
         await down.whole(202, b"application/json", b"")
         return True
+
+
+def _client_host(down: Downstream) -> object:
+    """The client's address (its host, without the port) of an exchange, or None."""
+    address = down.stream.extra(SocketAttribute.remote_address, None)
+    return address[0] if isinstance(address, tuple) else address

@@ -164,3 +164,82 @@ async def test_a_client_that_hangs_up_on_a_call_interrupts_it(
     assert step.actual is not None
     assert step.actual.outcome == "interrupted"
     assert step.meta["mcp"]["reply"] == "none"
+
+
+class _Stateless(_Streaming):
+    """A stateless server (no session ids) that honours a cancel: progress 1, then, once
+    the cancel has arrived, the stream ends with no answer."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("method") == "notifications/cancelled":
+            CANCELLED.set()
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._chunk(progress(1))
+        CANCELLED.wait(10)
+        self._chunk(b"")
+        self.close_connection = True
+
+
+async def test_a_sessionless_cancel_on_another_connection_is_its_calls(tmp_path: Path) -> None:
+    """No session id, no case id: each connection is a session of its own, yet the cancel
+    that comes on a second connection names the one call in flight with its id from the
+    same client address: the call is recorded cancelled, the client gets nothing more
+    than the server sent, and the episode is not aborted for it."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    CANCELLED.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stateless)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20)
+    headers = {"Accept": "application/json, text/event-stream"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "t"}},
+    }
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+    seen = b""
+    try:
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(proxy.serve, "127.0.0.1", 0)
+            base = f"http://127.0.0.1:{port}"
+            async with (
+                httpx.AsyncClient(base_url=base, timeout=10) as client,
+                httpx.AsyncClient(base_url=base, timeout=10) as other,  # another connection
+                client.stream("POST", "/mcp", json=request, headers=headers) as response,
+            ):
+                chunks = response.aiter_raw()
+                with anyio.fail_after(10):
+                    while b"\n\n" not in seen:
+                        seen += await anext(chunks)
+                    cancelled = await other.post("/mcp", json=cancel, headers=headers)
+                    async for chunk in chunks:  # until the server ends the stream
+                        seen += chunk
+            proxy.stop()
+    finally:
+        CANCELLED.set()
+        httpd.shutdown()
+        httpd.server_close()
+    assert cancelled.status_code == 202
+    events = [
+        json.loads(block.split("data: ", 1)[1]) for block in seen.decode().split("\n\n") if block
+    ]
+    assert [e.get("params", {}).get("progress") for e in events] == [1]  # no error after
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "complete", ep.end.reason
+    (step,) = calls(ep)
+    assert step.actual is not None
+    assert step.actual.outcome == "interrupted"
+    assert step.meta["mcp"]["reply"] == "none"
