@@ -23,6 +23,8 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from ._relay._limits import ID_SCAN_BYTES
+
 _CHUNK = 1 << 16
 
 
@@ -278,12 +280,15 @@ class FdSendStream(_Fd, ByteSendStream):
 
 
 class LineTooLong:
-    """A line longer than the reader's bound: ``size`` bytes of it were read, and dropped."""
+    """A line longer than the reader's bound: ``size`` bytes of it were read, and dropped
+    but for ``head``, the first :data:`ID_SCAN_BYTES` of them (where its id is looked
+    for)."""
 
-    __slots__ = ("size",)
+    __slots__ = ("head", "size")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, head: bytes = b"") -> None:
         self.size = size
+        self.head = head
 
     def __repr__(self) -> str:
         return f"LineTooLong({self.size})"
@@ -322,7 +327,7 @@ async def iter_lines(
         start = 0
         while (i := buf.find(b"\n", max(start, scanned))) >= 0:
             if max_bytes is not None and i + 1 - start > max_bytes:
-                yield LineTooLong(i + 1 - start)
+                yield LineTooLong(i + 1 - start, bytes(buf[start : start + ID_SCAN_BYTES]))
             else:
                 yield bytes(buf[start : i + 1])
             start = i + 1
@@ -330,7 +335,7 @@ async def iter_lines(
             del buf[:start]
         scanned = len(buf)
         if max_bytes is not None and len(buf) > max_bytes:
-            yield LineTooLong(len(buf))
+            yield LineTooLong(len(buf), bytes(buf[:ID_SCAN_BYTES]))
             skipping, scanned = True, 0
             buf.clear()
     if buf:

@@ -50,6 +50,7 @@ from anyio.abc import SocketStream, TaskStatus
 from litmus_sandbox import ConfigError, Sandbox
 
 from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
+from ._fdstream import LineTooLong
 from ._http_answer import Waiting
 from ._http_call import CLIENT_GONE, HttpToolCall
 from ._http_post import HttpEndpoint
@@ -58,6 +59,7 @@ from ._jsonrpc import (
     parse,
 )
 from ._relay import ToClient
+from ._relay._limits import ID_SCAN_BYTES
 
 
 class HttpProxy(HttpEndpoint):
@@ -201,7 +203,7 @@ class HttpProxy(HttpEndpoint):
                 event, body = request
                 down = Downstream(conn, stream, conn_id, keys)
                 try:
-                    if isinstance(body, int):
+                    if isinstance(body, LineTooLong):
                         await self._too_long(down, event, body)
                         return
                     await self._exchange(down, event, body)
@@ -222,9 +224,9 @@ class HttpProxy(HttpEndpoint):
 
     async def _read(
         self, conn: h11.Connection, stream: SocketStream
-    ) -> tuple[h11.Request, bytes | int] | None:
-        """The next request and its body (its size read so far, an int, when it is over
-        the limit: the rest is left unread)."""
+    ) -> tuple[h11.Request, bytes | LineTooLong] | None:
+        """The next request and its body (what was read of it, a ``LineTooLong``, when it
+        is over the limit: the rest is left unread)."""
         request: h11.Request | None = None
         body = bytearray()
         while True:
@@ -235,7 +237,7 @@ class HttpProxy(HttpEndpoint):
                 body += event.data
                 if len(body) > self.max_message_bytes:
                     assert request is not None
-                    return request, len(body)
+                    return request, LineTooLong(len(body), bytes(body[:ID_SCAN_BYTES]))
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
                 return request, bytes(body)
@@ -252,7 +254,7 @@ class HttpProxy(HttpEndpoint):
             conn.receive_data(data)
         return event
 
-    async def _too_long(self, down: Downstream, event: h11.Request, size: int) -> None:
+    async def _too_long(self, down: Downstream, event: h11.Request, read: LineTooLong) -> None:
         """A body over ``max_message_bytes``: never read whole, never relayed. The client
         gets 413 with a JSON-RPC error, the session's end record keeps the refusal and its
         episode ends aborted; the rest of the body is drained (briefly), then the
@@ -262,7 +264,7 @@ class HttpProxy(HttpEndpoint):
         self.arrive(key, down.keys)
         try:
             self.slot(key).touch()
-            actions = self.perform(key, self.core(key).client_too_long(size))
+            actions = self.perform(key, self.core(key).client_too_long(read.size, read.head))
             body = b"".join(a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient))
             headers = [
                 (b"Content-Type", b"application/json"),

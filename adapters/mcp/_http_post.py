@@ -33,7 +33,7 @@ from ._http_tasks import relay_task
 from ._jsonrpc import Message, cancelled_request_of, id_key, parse, tool_call_of
 from ._relay import DEFAULT_MAX_DEPTH, FinishCall, StartCall, ToClient, ToServer, valid_id
 from ._relay._guard import INVALID_REQUEST, Refusal, refusal_answer, refusal_of
-from ._relay._limits import too_deep
+from ._relay._limits import request_id_of, too_deep
 from ._relay._tasks import task_id_of
 
 
@@ -173,7 +173,7 @@ class HttpEndpoint(HttpRelay):
         replies = [a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient)]
         if not replies:  # a notification (or the core has stopped): answered all the same
             why = f"a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
-            refusal = refusal_of(body, msg) or Refusal(None, INVALID_REQUEST, why)
+            refusal = refusal_of(body, msg) or Refusal(request_id_of(body), INVALID_REQUEST, why)
             replies = [refusal_answer(refusal)]
         await down.whole(400, b"application/json", replies[0])
 

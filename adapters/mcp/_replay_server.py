@@ -195,7 +195,7 @@ class _Session:
                     if isinstance(line, bytes):
                         await self._perform(core.from_client(line, anyio.current_time()))
                     else:
-                        await self._perform(core.client_too_long(line.size))
+                        await self._perform(core.client_too_long(line.size, line.head))
             finally:
                 if core.engaged:
                     self._slot.touch()

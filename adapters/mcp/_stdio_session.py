@@ -114,7 +114,7 @@ class Session(CallSession):
             if isinstance(line, bytes):
                 actions = core.from_client(line, now)
             else:
-                actions = core.client_too_long(line.size)
+                actions = core.client_too_long(line.size, line.head)
             if actions:
                 await self.perform(actions)
         core.client_closed(anyio.current_time())

@@ -18,8 +18,9 @@ never holds an answer the record lacks); an answer to a request the proxy gave u
 dropped; the answers to the proxy's own requests never reach the client. A call the
 server makes a task is recorded with the result ``tasks/result`` delivers (``_tasks.py``).
 
-Hostile peers. A client message over the size or depth limit gets a JSON-RPC error and
-aborts the episode; a server that breaks either is cut off. Whatever could invoke a tool
+Hostile peers. A client message over the size or depth limit gets a JSON-RPC error (with
+its id when a cheap scan finds it: ``_limits.request_id_of``) and aborts the episode; a
+server that breaks either is cut off. Whatever could invoke a tool
 but cannot be recorded as a call (a batch holding one, a call without an id, with an id
 JSON-RPC does not allow, with a malformed name or arguments, a line that cannot be read
 but names ``tools/call``) is answered with an error and recorded as refused (the end
@@ -71,7 +72,7 @@ from ._actions import (
     ToServer,
 )
 from ._guard import INVALID_REQUEST, Guard, Refusal, refusal_of, valid_id
-from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, too_deep
+from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, request_id_of, too_deep
 from ._states import Event, Key, Pending, State, advance
 from ._tasks import Tasks, created_task, task_id_of
 
@@ -143,7 +144,9 @@ class Relay(Tasks, Guard):
         if too_deep(line, self.max_depth):
             why = f"a message nested deeper than {self.max_depth} levels"
             return [
-                *self._refuse(line, Refusal(None, INVALID_REQUEST, why)),
+                *self._refuse(
+                    line, Refusal(request_id_of(line, self.max_depth), INVALID_REQUEST, why)
+                ),
                 Abort(f"the client sent {why}"),
             ]
         msg = parse(line)

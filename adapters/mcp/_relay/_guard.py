@@ -19,6 +19,7 @@ import msgspec
 
 from .._jsonrpc import Message, error_message, id_key, tool_call_of
 from ._actions import Abort, Action, CutOff, FinishCall, Note, ToClient, ToServer
+from ._limits import request_id_of
 from ._states import Event, Key, Pending, State, advance
 
 INVALID_REQUEST = -32600
@@ -129,14 +130,16 @@ class Guard:
     def _up(self, line: bytes) -> list[Action]:
         return [] if self.server_gone else [ToServer(line)]
 
-    def client_too_long(self, size: int) -> list[Action]:
+    def client_too_long(self, size: int, head: bytes = b"") -> list[Action]:
         """The client sent a line over ``max_message_bytes`` (``size`` bytes were read
-        of it, and dropped)."""
+        of it, and dropped; ``head``: the first of them, where its id is looked for, to
+        answer the error with it: ``_limits.request_id_of``)."""
         self.sent_anything = True
         why = f"a message over {self.max_message_bytes} bytes"
-        record = {"request_id": None, "reason": why, "bytes": size}
+        rid = request_id_of(head, self.max_depth)
+        record = {"request_id": rid, "reason": why, "bytes": size}
         return [
-            *self._refused_record(record, Refusal(None, INVALID_REQUEST, why)),
+            *self._refused_record(record, Refusal(rid, INVALID_REQUEST, why)),
             Abort(f"the client sent {why}"),
         ]
 

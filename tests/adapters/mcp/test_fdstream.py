@@ -277,3 +277,8 @@ async def test_a_line_over_the_bound_is_reported_at_once_and_dropped() -> None:
         b"short\n",
         ("too long", 104),
     ]
+    # What was read of each is kept (the id scan looks there), up to its newline.
+    assert [g.head for g in got if not isinstance(g, bytes)] == [
+        b"x" * 80,
+        b"long" + b"y" * 99 + b"\n",
+    ]

@@ -90,7 +90,7 @@ async def test_deep_nesting_from_either_side_never_crashes_the_proxy(
         data = json.dumps(deep).encode()[:-1] + b',"x":' + b"[" * 100_000 + b"]" * 100_000
         await client.send(data + b"}\n")
         error = await client.recv_json()
-        assert error["error"]["code"] == -32600
+        assert (error["id"], error["error"]["code"]) == (1, -32600)  # its id came first
         await client.send(tool_call(2, "echo", {"text": "still here"}))
         assert (await client.recv_json())["result"]["content"][0]["text"] == "still here"
         assert await client.finish() == 0
@@ -176,7 +176,7 @@ async def test_an_oversized_client_message_gets_an_error_and_aborts(tmp_path: Pa
     client = RawClient(await capped_proxy(tmp_path, "--max-message-bytes", "65536"))
     await client.send(tool_call(1, "echo", {"text": "y" * 200_000}))
     error = await client.recv_json()
-    assert error["error"]["code"] == -32600
+    assert (error["id"], error["error"]["code"]) == (1, -32600)  # its id came first
     await client.send(tool_call(2, "echo", {"text": "small"}))
     assert (await client.recv_json())["id"] == 2
     assert await client.finish() == 0

@@ -209,6 +209,9 @@ async def test_hostile_http_peers_never_take_the_capped_proxy_down(
     assert got["client_deep"].json()["error"]["code"] == -32600
     assert got["client_big"].status_code == 413
     assert got["client_big"].json()["error"]["code"] == -32600
+    # ... answered with the request's id (it comes first), so the client's call ends.
+    assert got["client_deep"].json()["id"] == 1
+    assert got["client_big"].json()["id"] == 1
 
     by_session = {
         ep.header.meta["mcp"]["session_id"]: ep for ep in episodes(tmp_path / "eps.jsonl")
