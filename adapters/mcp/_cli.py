@@ -140,7 +140,7 @@ def add_parser(sub: Any) -> None:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help="the largest JSON-RPC message either side may send: a client's larger message "
         "gets an error, a server's cuts it off, and the episode ends aborted "
-        f"(default {DEFAULT_MAX_MESSAGE_BYTES} = 64 MiB)",
+        f"(default {DEFAULT_MAX_MESSAGE_BYTES} = 64 MiB; at least 1024)",
     )
     p.add_argument("--fsync", action="store_true", help="fsync every record")
     p.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here")

@@ -204,3 +204,13 @@ async def test_a_client_that_stops_reading_is_recorded_as_such(tmp_path: Path) -
     assert ep.end.status == "aborted"
     assert "the client stopped reading" in (ep.end.reason or "")
     assert ep.end.meta["mcp"]["client_stopped_reading"] > 0
+
+
+async def test_the_message_size_limit_has_a_documented_minimum(tmp_path: Path) -> None:
+    small = await anyio.run_process(
+        [*PROXY, "--max-message-bytes", "1023", "--", "true"], cwd=tmp_path, check=False
+    )
+    assert small.returncode == 2
+    assert b"--max-message-bytes must be at least 1024" in small.stderr
+    shown = await anyio.run_process([*PROXY, "--help"], cwd=tmp_path)
+    assert b"at least 1024" in b" ".join(shown.stdout.split())  # however it is wrapped
