@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -188,53 +189,78 @@ class _Stateless(_Streaming):
         self.close_connection = True
 
 
-async def test_a_sessionless_cancel_on_another_connection_is_its_calls(tmp_path: Path) -> None:
+@pytest.fixture
+def stateless() -> Iterator[str]:
+    CANCELLED.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stateless)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    finally:
+        CANCELLED.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+SLOW = {
+    "jsonrpc": "2.0",
+    "id": 5,
+    "method": "tools/call",
+    "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "t"}},
+}
+CANCEL_5 = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+SESSIONLESS = {"Accept": "application/json, text/event-stream"}
+
+
+async def sessionless_calls(
+    proxy: Any, calls_made: int
+) -> tuple[httpx.Response, list[list[dict[str, Any]]]]:
+    """``calls_made`` sessionless clients call ``slow`` (id 5), each on a connection of its
+    own; once each has its first event, a cancel of request 5 comes on another connection.
+    The cancel's response, and the events each call's stream delivered."""
+    seen = [b""] * calls_made
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{port}"
+        async with contextlib.AsyncExitStack() as stack:
+            streams = []
+            for _ in range(calls_made):
+                client = await stack.enter_async_context(httpx.AsyncClient(base_url=base))
+                response = await stack.enter_async_context(
+                    client.stream("POST", "/mcp", json=SLOW, headers=SESSIONLESS)
+                )
+                streams.append(response.aiter_raw())
+            other = await stack.enter_async_context(httpx.AsyncClient(base_url=base))
+            with anyio.fail_after(10):
+                for i, chunks in enumerate(streams):
+                    while b"\n\n" not in seen[i]:
+                        seen[i] += await anext(chunks)
+                cancelled = await other.post("/mcp", json=CANCEL_5, headers=SESSIONLESS)
+                for i, chunks in enumerate(streams):
+                    async for chunk in chunks:  # until the server ends the stream
+                        seen[i] += chunk
+        proxy.stop()
+    events = [
+        [json.loads(block.split("data: ", 1)[1]) for block in got.decode().split("\n\n") if block]
+        for got in seen
+    ]
+    return cancelled, events
+
+
+async def test_a_sessionless_cancel_on_another_connection_is_its_calls(
+    tmp_path: Path, stateless: str
+) -> None:
     """No session id, no case id: each connection is a session of its own, yet the cancel
     that comes on a second connection names the one call in flight with its id from the
     same client address: the call is recorded cancelled, the client gets nothing more
     than the server sent, and the episode is not aborted for it."""
     from litmus_sandbox.adapters.mcp import HttpProxy
 
-    CANCELLED.clear()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stateless)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    upstream = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
-    proxy = HttpProxy(upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20)
-    headers = {"Accept": "application/json, text/event-stream"}
-    request = {
-        "jsonrpc": "2.0",
-        "id": 5,
-        "method": "tools/call",
-        "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "t"}},
-    }
-    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
-    seen = b""
-    try:
-        async with anyio.create_task_group() as tg:
-            port = await tg.start(proxy.serve, "127.0.0.1", 0)
-            base = f"http://127.0.0.1:{port}"
-            async with (
-                httpx.AsyncClient(base_url=base, timeout=10) as client,
-                httpx.AsyncClient(base_url=base, timeout=10) as other,  # another connection
-                client.stream("POST", "/mcp", json=request, headers=headers) as response,
-            ):
-                chunks = response.aiter_raw()
-                with anyio.fail_after(10):
-                    while b"\n\n" not in seen:
-                        seen += await anext(chunks)
-                    cancelled = await other.post("/mcp", json=cancel, headers=headers)
-                    async for chunk in chunks:  # until the server ends the stream
-                        seen += chunk
-            proxy.stop()
-    finally:
-        CANCELLED.set()
-        httpd.shutdown()
-        httpd.server_close()
+    proxy = HttpProxy(stateless, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20)
+    cancelled, (events,) = await sessionless_calls(proxy, 1)
     assert cancelled.status_code == 202
-    events = [
-        json.loads(block.split("data: ", 1)[1]) for block in seen.decode().split("\n\n") if block
-    ]
+    assert CANCELLED.is_set()  # relayed: the server saw the call
     assert [e.get("params", {}).get("progress") for e in events] == [1]  # no error after
     ep = one_episode(tmp_path / "eps.jsonl")
     assert ep.end is not None
@@ -243,3 +269,22 @@ async def test_a_sessionless_cancel_on_another_connection_is_its_calls(tmp_path:
     assert step.actual is not None
     assert step.actual.outcome == "interrupted"
     assert step.meta["mcp"]["reply"] == "none"
+
+
+async def test_an_ambiguous_sessionless_cancel_is_only_relayed(
+    tmp_path: Path, stateless: str
+) -> None:
+    """Two sessionless calls in flight with the same id: the cancel names neither for sure,
+    so it is relayed as it is and neither call is recorded as cancelled (the documented
+    limit: a case id settles it)."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(stateless, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20)
+    cancelled, events = await sessionless_calls(proxy, 2)
+    assert cancelled.status_code == 202
+    assert CANCELLED.is_set()
+    for got in events:  # each stream ended unanswered: each call gets the proxy's error
+        assert got[0]["params"]["progress"] == 1
+        assert got[-1]["error"]["code"] == -32000
+    steps = [step for ep in episodes(tmp_path / "eps.jsonl") for step in calls(ep)]
+    assert [step.meta["mcp"]["outcome"] for step in steps] == ["upstream_failed"] * 2
