@@ -38,7 +38,6 @@ recorded call.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,7 +51,8 @@ from litmus_sandbox import ConfigError, Sandbox
 from ._downstream import CHUNK, REQUEST_ONLY, Downstream, forwardable, header
 from ._fdstream import LineTooLong
 from ._http_answer import Waiting
-from ._http_call import CLIENT_GONE, HttpToolCall
+from ._http_call import HttpToolCall
+from ._http_exchange import until_hung_up
 from ._http_post import HttpEndpoint
 from ._jsonrpc import (
     id_key,
@@ -317,9 +317,7 @@ class HttpProxy(HttpEndpoint):
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
-                with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
-                    while True:  # a client sends nothing more here; kept for h11 if it does
-                        down.conn.receive_data(await down.stream.receive(CHUNK))
+                await until_hung_up(down)
                 tg.cancel_scope.cancel()  # hung up: the relay stops
 
             tg.start_soon(watch)

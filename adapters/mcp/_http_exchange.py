@@ -41,6 +41,15 @@ from ._sse import SseSplitter, event_data
 #: Errors writing to (or reading from) a client that left.
 CLIENT_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.LocalProtocolError)
 
+
+async def until_hung_up(down: Downstream) -> None:
+    """Return once the client of ``down`` hangs up (it sends nothing more on a relayed
+    request's connection; what it might send is still fed to h11)."""
+    with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
+        while True:
+            down.conn.receive_data(await down.stream.receive(CHUNK))
+
+
 #: The plain (non-stream) response kept: status, headers, reason, body.
 Plain = tuple[int, list[tuple[bytes, bytes]], bytes, bytes]
 
@@ -175,9 +184,7 @@ class Exchange:
     async def _watch_client(self, scope: anyio.CancelScope) -> None:
         down = self.down
         with scope:
-            with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
-                while True:  # a client sends nothing more here; kept for h11 if it does
-                    down.conn.receive_data(await down.stream.receive(CHUNK))
+            await until_hung_up(down)
             self.client_gone = True  # it hung up
             if self.on_client_gone is not None:
                 self.on_client_gone()
@@ -362,9 +369,7 @@ class Exchange:
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
-                with contextlib.suppress(anyio.EndOfStream, *CLIENT_GONE):
-                    while True:  # a client sends nothing more here; kept for h11 if it does
-                        down.conn.receive_data(await down.stream.receive(CHUNK))
+                await until_hung_up(down)
                 tg.cancel_scope.cancel()  # hung up: the relay stops
 
             tg.start_soon(watch)
