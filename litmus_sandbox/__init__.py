@@ -9,6 +9,8 @@ I/O library (anyio, httpx, watchdog, sqlite3, h11). The layer map is in CONTRIBU
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -281,15 +283,29 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'litmus_sandbox' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def _lazy_exports(
+    package: str, exports: Mapping[str, str], listed: Iterable[str]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The PEP 562 ``__getattr__`` and ``__dir__`` of ``package`` (this one, and the
+    adapters'): ``exports`` maps each name to its module, imported the first time the
+    name is looked up, then kept on the package; ``dir()`` lists ``listed``, sorted.
+    Defined here, not in a module of its own, so that ``import litmus_sandbox`` loads
+    nothing."""
+    names = sorted(listed)
+
+    def __getattr__(name: str) -> object:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)  # the next lookup does not come here
+        return value
+
+    def __dir__() -> list[str]:
+        return list(names)
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    # Only the public names: the helpers this module imports for itself are not part of it.
-    return sorted([*__all__, "__version__"])
+# dir() lists only the public names: the helpers this module imports are not part of it.
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, [*__all__, "__version__"])

@@ -14,8 +14,9 @@ importing this package loads no AgentDojo.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from litmus_sandbox import _lazy_exports
 
 if TYPE_CHECKING:
     from litmus_sandbox.adapters.agentdojo._run import RECORDER_NAME as RECORDER_NAME
@@ -33,14 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)

@@ -15,8 +15,9 @@ Steps come from a sample's events (``_steps.py``), one episode per sample and ep
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from litmus_sandbox import _lazy_exports
 
 if TYPE_CHECKING:
     from litmus_sandbox.adapters.inspect._episodes import RECORDER_NAME as RECORDER_NAME
@@ -38,14 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
