@@ -17,6 +17,7 @@ is recorded as such (the episode aborts saying so) and gets nothing more.
 
 from __future__ import annotations
 
+import abc
 import sys
 from typing import Any, Protocol
 
@@ -85,7 +86,7 @@ class Waiter:
         return self.raw, self.body
 
 
-class SessionBase:
+class SessionBase(abc.ABC):
     """A stdio session's pipes and core, and the performing of the core's actions."""
 
     _slot: EpisodeSlot
@@ -161,11 +162,13 @@ class SessionBase:
         if self._core.next_deadline < self._deadlines.deadline:
             self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
 
+    @abc.abstractmethod
     async def _start(self, pending: Pending) -> None:
-        raise NotImplementedError  # _stdio_calls.py
+        """Start a ``tools/call`` the core began (``_stdio_calls.py``)."""
 
+    @abc.abstractmethod
     async def _finish(self, action: FinishCall) -> None:
-        raise NotImplementedError  # _stdio_calls.py
+        """Finish a call as the core says it ended (``_stdio_calls.py``)."""
 
     async def _keep_answers(self, answers: dict[str, Any]) -> None:
         """Keep the server's first answers for server-less replay: in the header's

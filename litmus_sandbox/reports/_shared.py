@@ -15,6 +15,7 @@ format builds the report as one object: memory stays bounded whatever the suite'
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from io import BytesIO
 from typing import Any, BinaryIO, Self
@@ -47,7 +48,7 @@ def shown(case: CaseResult) -> bool:
     return case.outcome != "PASS" or bool(case.reasons)
 
 
-class Writer:
+class Writer(abc.ABC):
     """A report written as the gate decides (see the module docstring).
 
     ``plain``: whether the format lists the plain passes, or only counts them.
@@ -75,12 +76,13 @@ class Writer:
         self.allow_unresolved = allow_unresolved
         self.spool = RankedSpool(RANKS, memory=spool_memory, directory=spool_dir)
 
+    @abc.abstractmethod
     def write(self, results: Sequence[CaseResult]) -> None:
-        raise NotImplementedError
+        """Take a chunk of decided cases (each format renders or spools them)."""
 
+    @abc.abstractmethod
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         """Write the report (what is left of it) to ``out``, ending with a newline."""
-        raise NotImplementedError
 
     def copy_ranks(self, *, trim: int = 0) -> bool:
         """Copy the spooled cases to ``out`` in rank order, less the last ``trim`` bytes;
