@@ -16,7 +16,9 @@ from pathlib import Path
 import msgspec
 from inspect_ai.log import EvalSample, EvalSpec, read_eval_log, read_eval_log_samples
 
-from litmus_sandbox import JsonlWriter, LitmusError
+from litmus_sandbox import LitmusError
+from litmus_sandbox._model.codec import encode
+from litmus_sandbox._store.files import replaced
 
 from ._episodes import sample_episode
 
@@ -86,13 +88,9 @@ def import_logs(paths: Sequence[str], output: str | os.PathLike[str]) -> ImportS
         LitmusError: a file is not an Inspect log.
         OSError: a file cannot be read, or ``output`` cannot be written.
     """
-    target = Path(output)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.unlink(missing_ok=True)
     stats = ImportStats()
-    writer = JsonlWriter(partial)
     seen: set[str] = set()
-    try:
+    with replaced(output) as out:
         for path in paths:
             stats.logs += 1
             for spec, sample in log_samples(path):
@@ -101,14 +99,8 @@ def import_logs(paths: Sequence[str], output: str | os.PathLike[str]) -> ImportS
                     stats.repeated += 1  # one episode id in a stream once
                     continue
                 seen.add(episode.header.episode_id)
-                writer.write_many(episode.records())
+                out.write(b"".join(encode(r) for r in episode.records()))
                 stats.episodes += 1
                 stats.steps += len(episode.steps)
                 stats.truncated += episode.header.recorder.truncated
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
-    writer.close()
-    os.replace(partial, target)
     return stats

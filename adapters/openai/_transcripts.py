@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from litmus_sandbox._model.codec import encode
 from litmus_sandbox._model.errors import RecordDecodeError
-from litmus_sandbox._store.files import decode_utf8, iter_lines, open_input
-from litmus_sandbox._store.streams import JsonlWriter
+from litmus_sandbox._store.files import decode_utf8, iter_lines, open_input, replaced
 
 from ._shapes import ShapeError, chat_conversation, response_conversation
 from ._steps import TranscriptEpisode, transcript_episode
@@ -110,12 +109,8 @@ def import_transcripts(
     """
     if api not in APIS.values():
         raise ValueError(f"api is 'chat' or 'responses', not {api!r}")
-    target = Path(output)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.unlink(missing_ok=True)
     stats = ImportStats()
-    writer = JsonlWriter(partial)
-    try:
+    with replaced(output) as out:
         for path in paths:
             stats.files += 1
             with open_input(path) as f:
@@ -123,14 +118,8 @@ def import_transcripts(
                     if not raw.strip():
                         continue
                     episode = line_episode(path, lineno, raw, api)
-                    writer.write_many(episode.records())
+                    out.write(b"".join(encode(r) for r in episode.records()))
                     stats.episodes += 1
                     stats.steps += len(episode.steps)
                     stats.truncated += episode.header.recorder.truncated
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
-    writer.close()
-    os.replace(partial, target)
     return stats

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise LitmusError(f"export otel needs {exc.name}: {EXTRA_HINT}") from None
     from litmus_sandbox._model.records import Verdict
+    from litmus_sandbox._store.files import replaced
     from litmus_sandbox._store.streams import ReadWarning, iter_episodes, read_verdicts
 
     verdicts: dict[str, Verdict] = {}
@@ -71,22 +72,16 @@ def run(args: argparse.Namespace) -> int:
         stream = read_verdicts(args.verdicts)
         verdicts = {v.episode_id: v for v in stream.verdicts if isinstance(v, Verdict)}
     warnings: list[ReadWarning] = []
-    partial = target.with_name(f".{target.name}.partial")
     traces = 0
-    try:
-        with open(partial, "wb") as out:
-            for line in trace_lines(
-                iter_episodes(args.episodes, warnings),
-                verdicts,
-                include_content=args.include_content,
-                service_name=args.service_name,
-            ):
-                out.write(line)
-                traces += 1
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, target)
+    with replaced(target) as out:
+        for line in trace_lines(
+            iter_episodes(args.episodes, warnings),
+            verdicts,
+            include_content=args.include_content,
+            service_name=args.service_name,
+        ):
+            out.write(line)
+            traces += 1
     for w in warnings:
         print(f"litmus-sandbox: {w}", file=sys.stderr)
     scored = f", {len(verdicts)} verdicts" if args.verdicts else ""

@@ -30,7 +30,6 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
-from pathlib import Path
 from typing import BinaryIO
 
 from litmus_sandbox import reports
@@ -39,6 +38,7 @@ from litmus_sandbox._core.joins import MergeOrder, merge_order
 from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, fits, stream_gate
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
+from litmus_sandbox._store.files import replaced
 from litmus_sandbox._store.partition import TempBuckets, scan_case_ids
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_verdicts
 from litmus_sandbox.judges import load_policy
@@ -226,19 +226,5 @@ def _report_output(path: str | None) -> Iterator[BinaryIO]:
         yield sys.stdout.buffer
         sys.stdout.buffer.flush()
         return
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file():
-        with open(target, "wb") as f:
-            yield f
-        return
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        try:
-            f = open(tmp, "wb")  # noqa: SIM115  # closed below, before the rename
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, path) from None
-        with f:
-            yield f
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with replaced(path) as f:
+        yield f

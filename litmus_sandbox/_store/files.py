@@ -1,4 +1,5 @@
-"""Bounded reading of input files: every reader opens and reads through here.
+"""Bounded reading of input files: every reader opens and reads through here; and
+outputs replaced whole (:func:`replaced`).
 
 Theory of operation
 -------------------
@@ -22,16 +23,24 @@ bounded by the cap whatever the input. Two shapes of reading share the cap:
 Documents read whole (a policy file, ``.json`` and ``.toml`` exclusion lists) are capped
 at the same size (:func:`read_bounded_text`), and :func:`read_toml` turns a document
 nested too deeply for ``tomllib`` into an error naming its line.
+
+Every file a command writes whole (a verdict stream, a report, imported episodes, exported
+traces) is written through :func:`replaced`: beside it, then renamed over it, so a reader
+never sees half of it and a failure leaves the old one; through a symbolic link, the file
+it points to is replaced, and what is not a regular file (``/dev/null``, a FIFO) is written
+to as it is, never replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import stat
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
@@ -281,3 +290,39 @@ def too_deep_line(text: str, *, toml: bool = False) -> int | None:
         else:  # a newline, or a string or comment that may span lines
             line += tok.count("\n")
     return None
+
+
+@contextmanager
+def replaced(
+    path: str | os.PathLike[str], *, fsync: bool = False, parents: bool = False
+) -> Iterator[BinaryIO]:
+    """A file to write ``path`` through: renamed over it once the block ends (see the
+    module docstring); ``fsync``: synced before the rename; ``parents``: missing folders
+    made first. On an exception nothing is replaced and the partial file is removed.
+
+    Raises:
+        OSError: the file cannot be written (naming ``path``, not the partial file).
+    """
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        with open(target, "wb") as f:
+            yield f
+        return
+    folder, name = os.path.split(target)
+    if parents:
+        os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        try:
+            f = open(tmp, "wb")  # noqa: SIM115  # closed below, before the rename
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+        with f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

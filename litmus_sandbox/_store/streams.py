@@ -45,7 +45,7 @@ from litmus_sandbox._model.records import (
     Step,
     Verdict,
 )
-from litmus_sandbox._store.files import iter_blocks, iter_lines, open_input
+from litmus_sandbox._store.files import iter_blocks, iter_lines, open_input, replaced
 
 
 @dataclass(frozen=True)
@@ -455,22 +455,8 @@ def write_verdicts(
     never sees half a stream); through a symbolic link, the file it points to is. Anything
     else that exists (``/dev/null``, a FIFO) is written to as it is.
     """
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file():
-        with open(target, "wb") as f:
-            _write_stream(f, policy, verdicts)
-        return
-    tmp = target.with_name(f"{target.name}.tmp")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(tmp, "wb") as f:
-            _write_stream(f, policy, verdicts)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
-        raise
+    with replaced(path, fsync=True, parents=True) as f:
+        _write_stream(f, policy, verdicts)
 
 
 def _write_stream(f: BinaryIO, policy: PolicyRecord | None, verdicts: Iterable[Verdict]) -> None:
