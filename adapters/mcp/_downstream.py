@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import h11
 from anyio.abc import SocketStream
+
+from ._sse import encode_event
 
 MAX_BODY = 64 << 20
 CHUNK = 1 << 16
@@ -113,3 +116,14 @@ class Downstream:
         self.queue(body)
         self.queue_end()
         await self.flush()
+
+    async def last_word(self, reply: bytes) -> None:
+        """The proxy's own JSON-RPC answer, ending the exchange: one more event on a
+        stream already started, else a whole JSON response; given up after 2 s (a client
+        that stopped reading cannot hold it), even under a cancelled scope."""
+        with anyio.move_on_after(2, shield=True):
+            if self.started:
+                await self.body(encode_event(reply))
+                await self.end()
+            else:
+                await self.whole(200, b"application/json", reply)

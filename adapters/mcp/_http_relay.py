@@ -65,7 +65,6 @@ from ._relay import (
     valid_id,
 )
 from ._relay._states import Pending
-from ._sse import encode_event
 
 #: The relayed request the core tracks: its session key, core and pending request.
 Tracked = tuple[str, Relay, Pending]
@@ -146,12 +145,7 @@ class HttpRelay(HttpSessions):
             # Half an event (or an encoded stream) went out: nothing more can be said on
             # it; the connection is dropped, which the client sees as the end.
             raise anyio.BrokenResourceError("no answer can follow half an event")
-        with anyio.move_on_after(2, shield=True):
-            if down.started:
-                await down.body(encode_event(reply))
-                await down.end()
-            else:
-                await down.whole(200, b"application/json", reply)
+        await down.last_word(reply)
 
     async def _relay(
         self,

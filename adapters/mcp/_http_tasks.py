@@ -32,7 +32,6 @@ from ._http_sessions import HttpSessions
 from ._jsonrpc import CONNECTION_CLOSED, error_message, id_key
 from ._recording import UpstreamGone
 from ._relay import FinishCall, Pending, Relay, ToClient, ToServer
-from ._sse import encode_event
 
 
 async def relay_task(
@@ -95,7 +94,7 @@ async def relay_task_result(
             except Unanswered as unanswered:
                 _forget(core, pending)
                 if unanswered.reply is not None:
-                    await _send(down, unanswered.reply)  # the core's own error
+                    await down.last_word(unanswered.reply)  # the core's own error
                 else:
                     await _say(down, request_id, proxy.stop_reason or "the proxy stopped")
                 return
@@ -122,13 +121,4 @@ def _forget(core: Relay, pending: Pending | None) -> None:
 
 
 async def _say(down: Downstream, request_id: Any, reason: str) -> None:
-    await _send(down, error_message(request_id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}"))
-
-
-async def _send(down: Downstream, reply: bytes) -> None:
-    with anyio.move_on_after(2, shield=True):
-        if down.started:
-            await down.body(encode_event(reply))
-            await down.end()
-        else:
-            await down.whole(200, b"application/json", reply)
+    await down.last_word(error_message(request_id, CONNECTION_CLOSED, f"litmus-sandbox: {reason}"))
