@@ -72,6 +72,11 @@ class EpisodeSlot:
     def opened(self) -> bool:
         return self._recorder is not None
 
+    @property
+    def recorder_now(self) -> EpisodeRecorder | None:
+        """The episode's recorder if the episode is open (no waiting), else None."""
+        return self._recorder
+
     def offer_case_id(self, case_id: str | None, method: str | None, *, touch: bool = True) -> None:
         """A case id the client sent in ``_meta``; used if none is fixed yet. ``touch``:
         the request makes the session one to record (else :meth:`touch` says so)."""

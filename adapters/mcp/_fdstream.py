@@ -1,4 +1,4 @@
-"""The proxy's own stdin and stdout as anyio byte streams, and a line splitter.
+"""The proxy's own stdin and stdout as anyio byte streams, and a line pump.
 
 Pipes and sockets are read and written non-blocking through the event loop, which costs
 no thread hop per message: on asyncio a reader registered once for the stream's life
@@ -7,25 +7,37 @@ not yield to the loop, and one it cannot take whole waits with ``anyio.wait_writ
 without ever cutting a message in two. The relay's added latency is what the benchmark
 measures. The stdio proxy uses them for the server's pipes too. A regular file (stdin
 redirected from one) is read and written in a worker thread.
+
+:func:`feed_lines` hands each line to a synchronous handler. On asyncio it does so from
+the loop's read callback itself: a message is read, handled and relayed in one callback,
+with no task woken, which is most of what a relay adds to a call. A handler that must
+wait returns a coroutine: the pump's task awaits it, and the lines read meanwhile wait
+in order (bounded as a receiver's are) until it is done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import overload
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from ._relay._limits import ID_SCAN_BYTES
+from ._lines import CHUNK as _CHUNK
+from ._lines import LineSplitter, LineTooLong, iter_lines
 
-_CHUNK = 1 << 16
+__all__ = ["FdReceiveStream", "FdSendStream", "LineTooLong", "feed_lines", "iter_lines", "on_stdio"]
+
+#: A line handler's answer: None (done), or what the pump must await before the next line.
+Later = Coroutine[Any, Any, None] | None
+OnLine = Callable[[bytes | LineTooLong], Later]
 
 
 def _pollable(fd: int) -> bool:
@@ -85,6 +97,14 @@ class _LoopReader:
         self._error: OSError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._reading = True
+        # Pump mode (``pump``): lines go to ``_on_line`` from the callback while the pump
+        # is idle; while it is busy (awaiting a handler) what arrives waits in ``_chunks``.
+        self._on_line: OnLine | None = None
+        self._splitter: LineSplitter | None = None
+        self._until: Callable[[], bool] | None = None
+        self._busy = False
+        self._later: tuple[Coroutine[Any, Any, None], list[bytes | LineTooLong]] | None = None
+        self._failure: Exception | None = None
         loop.add_reader(fd, self._ready)  # NotImplementedError: the loop cannot (Windows)
 
     def _ready(self) -> None:
@@ -94,6 +114,9 @@ class _LoopReader:
             return
         except OSError as exc:
             self._error, data = exc, b""
+        if data and not self._busy and self._splitter is not None:
+            self._deliver(self._splitter.feed(data))  # the hot path: no task woken
+            return
         if data:
             self._chunks.append(data)
             self._buffered += len(data)
@@ -104,6 +127,78 @@ class _LoopReader:
             self._pause()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _deliver(self, lines: list[bytes | LineTooLong]) -> None:
+        """Hand lines to the handler until one must be awaited (then the pump is woken)."""
+        on_line, until = self._on_line, self._until
+        assert on_line is not None
+        assert until is not None
+        for i, line in enumerate(lines):
+            try:
+                later = on_line(line)
+                stop = until()
+            except Exception as exc:  # raised in the pump's task, not lost in the loop's
+                self._failure, self._busy = exc, True
+                self._wake()
+                return
+            if later is not None or stop:
+                if later is not None:
+                    self._later = (later, lines[i + 1 :])
+                self._busy = True
+                self._wake()
+                return
+
+    async def pump(
+        self, splitter: LineSplitter, on_line: OnLine, until: Callable[[], bool]
+    ) -> None:
+        """Feed every line to ``on_line`` until the end of the stream or ``until()``."""
+        if self._waiter is not None or self._on_line is not None:
+            raise anyio.BusyResourceError("reading from")
+        self._splitter, self._on_line, self._until = splitter, on_line, until
+        self._busy = True  # what was read before is handled first, here
+        try:
+            while not until():
+                if self._later is not None:
+                    later, rest = self._later
+                    self._later = None
+                    await later
+                    self._deliver(rest)
+                    continue
+                if self._failure is not None:
+                    failure, self._failure = self._failure, None
+                    raise failure
+                if self._chunks:
+                    data = self._chunks.popleft()
+                    self._buffered -= len(data)
+                    self._resume()
+                    self._deliver(splitter.feed(data))
+                    continue
+                if self._eof or self._error is not None:
+                    break
+                self._busy = False
+                self._waiter = self.loop.create_future()
+                try:
+                    await self._waiter
+                except anyio.ClosedResourceError:
+                    break
+                finally:
+                    self._waiter = None
+                    self._busy = True
+        finally:
+            if self._later is not None:
+                self._later[0].close()
+                self._later = None
+            self._busy = False
+            self._splitter, self._on_line, self._until = None, None, None
+
+    def _resume(self) -> None:
+        if not self._reading and not self._eof and self._buffered < self._HIGH // 2:
+            self._reading = True
+            self.loop.add_reader(self._fd, self._ready)
 
     def _pause(self) -> None:
         if self._reading:
@@ -125,9 +220,7 @@ class _LoopReader:
                 self._waiter = None
         data = _take(self._chunks, max_bytes)
         self._buffered -= len(data)
-        if not self._reading and not self._eof and self._buffered < self._HIGH // 2:
-            self._reading = True
-            self.loop.add_reader(self._fd, self._ready)
+        self._resume()
         return data
 
     def close(self) -> deque[bytes]:
@@ -180,6 +273,12 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
                 await anyio.lowlevel.checkpoint()
             return data
 
+    def pump_reader(self) -> _LoopReader | None:
+        """The loop reader :func:`feed_lines` may drive (None: read it the plain way)."""
+        if self._closed or not self._poll or self._carried:
+            return None
+        return self._loop_reader()
+
     def _loop_reader(self) -> _LoopReader | None:
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -220,6 +319,11 @@ class FdSendStream(_Fd, ByteSendStream):
     """
 
     _pending: bytearray | None = None
+
+    @property
+    def pollable(self) -> bool:
+        """Whether :meth:`send_nowait` applies (a pipe or a socket)."""
+        return self._poll
 
     async def send(self, item: bytes) -> None:
         if self._closed:
@@ -279,67 +383,35 @@ class FdSendStream(_Fd, ByteSendStream):
             raise anyio.BrokenResourceError from exc
 
 
-class LineTooLong:
-    """A line longer than the reader's bound: ``size`` bytes of it were read, and dropped
-    but for ``head``, the first :data:`ID_SCAN_BYTES` of them (where its id is looked
-    for)."""
-
-    __slots__ = ("head", "size")
-
-    def __init__(self, size: int, head: bytes = b"") -> None:
-        self.size = size
-        self.head = head
-
-    def __repr__(self) -> str:
-        return f"LineTooLong({self.size})"
+def _never() -> bool:
+    return False
 
 
-@overload
-def iter_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]: ...
-@overload
-def iter_lines(stream: ByteReceiveStream, max_bytes: int) -> AsyncIterator[bytes | LineTooLong]: ...
-
-
-async def iter_lines(
-    stream: ByteReceiveStream, max_bytes: int | None = None
-) -> AsyncIterator[bytes | LineTooLong]:
-    """Newline-terminated lines exactly as received (a last unterminated line too).
-
-    With ``max_bytes``, a line longer than that is never held whole: a
-    :class:`LineTooLong` stands for it as soon as it is known to be too long (the bytes
-    read of it so far), and the rest of it is dropped as it comes, up to its newline; so
-    memory stays bounded whatever the peer sends.
-    """
-    buf = bytearray()
-    scanned = 0  # bytes of buf already known to hold no newline (long lines stay linear)
-    skipping = False  # in a line over max_bytes, dropping it up to its newline
-    while True:
-        try:
-            data = await stream.receive(_CHUNK)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            break
-        if skipping:
-            i = data.find(b"\n")
-            if i < 0:
-                continue
-            skipping, data = False, data[i + 1 :]
-        buf += data
-        start = 0
-        while (i := buf.find(b"\n", max(start, scanned))) >= 0:
-            if max_bytes is not None and i + 1 - start > max_bytes:
-                yield LineTooLong(i + 1 - start, bytes(buf[start : start + ID_SCAN_BYTES]))
-            else:
-                yield bytes(buf[start : i + 1])
-            start = i + 1
-        if start:
-            del buf[:start]
-        scanned = len(buf)
-        if max_bytes is not None and len(buf) > max_bytes:
-            yield LineTooLong(len(buf), bytes(buf[:ID_SCAN_BYTES]))
-            skipping, scanned = True, 0
-            buf.clear()
-    if buf:
-        yield bytes(buf)
+async def feed_lines(
+    stream: ByteReceiveStream,
+    max_bytes: int,
+    on_line: OnLine,
+    until: Callable[[], bool] = _never,
+) -> None:
+    """Hand each line of ``stream`` to ``on_line`` (lines as :func:`iter_lines` gives
+    them), awaiting what it returns before the next line, until the stream ends or
+    ``until()`` is true after a line. On asyncio, from the loop's read callback."""
+    reader = stream.pump_reader() if isinstance(stream, FdReceiveStream) else None
+    if reader is None:
+        async with contextlib.aclosing(iter_lines(stream, max_bytes)) as lines:
+            async for line in lines:
+                later = on_line(line)
+                if later is not None:
+                    await later
+                if until():
+                    return
+        return
+    splitter = LineSplitter(max_bytes)
+    await reader.pump(splitter, on_line, until)
+    if not until() and (rest := splitter.rest()):
+        later = on_line(rest)  # a last line without its newline
+        if later is not None:
+            await later
 
 
 async def on_stdio(run: Callable[[ByteReceiveStream, ByteSendStream], Awaitable[int]]) -> int:

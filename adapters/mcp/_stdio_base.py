@@ -122,9 +122,59 @@ class SessionBase(abc.ABC):
         #: Why the server was cut off (it broke a limit), if it was.
         self._cut_off: str | None = None
         self._deadlines = anyio.CancelScope()  # replaced by the deadline watcher's
+        #: The fast path: the client is a pipe too, so every write is tried at once and
+        #: queued in order when it cannot be (``perform_now``).
+        self.fast = isinstance(client_out, FdSendStream) and client_out.pollable
+        self._fd_out = client_out if isinstance(client_out, FdSendStream) else None
+        self._client_flush = False
+        self._server_flush = False
+        #: The clock the core is fed (the event loop's, read without anyio's lookups).
+        self._now = anyio.current_time
+
+    def perform_now(self, actions: list[Action]) -> int:
+        """Carry out the core's actions that need no waiting, in order; returns the index
+        of the first that does (a call that opens the episode, or runs in a task), or
+        ``len(actions)``. Only on the fast path (:attr:`fast`): the client is a pipe.
+
+        A write either side's pipe cannot take whole is queued in order behind what was
+        queued before; the flush is owed (``_settle``) before the next line is read.
+        """
+        for i, action in enumerate(actions):
+            kind = type(action)
+            if kind is ToClient:
+                self._to_client_now(action.data)  # type: ignore[union-attr]
+            elif kind is ToServer:
+                self._to_server_now(action.data)  # type: ignore[union-attr]
+            elif kind is FinishCall:
+                assert isinstance(action, FinishCall)
+                self._finish_now(action)
+            elif kind is StartCall:
+                assert isinstance(action, StartCall)
+                if not self._start_now(action.pending):
+                    return i
+            else:
+                self._note(action)
+        if self._core.next_deadline < self._deadlines.deadline:
+            self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
+        return len(actions)
+
+    @property
+    def owes_flush(self) -> bool:
+        """Whether a write was queued that must be flushed before reading on."""
+        return self._client_flush or self._server_flush
 
     async def perform(self, actions: list[Action]) -> None:
-        """Carry out the core's actions, in order."""
+        """Carry out the core's actions, in order (waiting where one must)."""
+        if self.fast:
+            i = self.perform_now(actions)
+            while i < len(actions):
+                action = actions[i]
+                assert isinstance(action, StartCall)
+                await self._start(action.pending)
+                i += 1 + self.perform_now(actions[i + 1 :])
+            if self.owes_flush:
+                await self._settle()
+            return
         for action in actions:
             kind = type(action)
             if kind is ToClient:
@@ -137,48 +187,105 @@ class SessionBase(abc.ABC):
             elif kind is StartCall:
                 assert isinstance(action, StartCall)
                 await self._start(action.pending)
-            elif kind is Abort:
-                assert isinstance(action, Abort)
-                self._slot.abort(action.reason)
-                if action.say:
-                    print(f"litmus-sandbox: {action.reason}", file=sys.stderr)
-            elif kind is Offer:
-                assert isinstance(action, Offer)
-                if not self._slot.opened:
-                    self._slot.offer_case_id(action.case_id, action.method, touch=False)
-                    if action.version is not None:
-                        self._slot.note("protocol_version", action.version)
-            elif kind is KeepAnswer:
-                assert isinstance(action, KeepAnswer)
-                await self._keep_answers(action.answers)
-            elif kind is Note:
-                assert isinstance(action, Note)
-                self._slot.end_note(action.key, action.value)
-            elif kind is CutOff:
-                assert isinstance(action, CutOff)
-                self._cut_off = action.reason
-                if self._process.returncode is None:
-                    self._process.terminate()
+            else:
+                self._note(action)
         if self._core.next_deadline < self._deadlines.deadline:
             self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
+
+    def _note(self, action: Action) -> None:
+        """The actions that only note facts (and cut the server off)."""
+        kind = type(action)
+        if kind is Abort:
+            assert isinstance(action, Abort)
+            self._slot.abort(action.reason)
+            if action.say:
+                print(f"litmus-sandbox: {action.reason}", file=sys.stderr)
+        elif kind is Offer:
+            assert isinstance(action, Offer)
+            if not self._slot.opened:
+                self._slot.offer_case_id(action.case_id, action.method, touch=False)
+                if action.version is not None:
+                    self._slot.note("protocol_version", action.version)
+        elif kind is KeepAnswer:
+            assert isinstance(action, KeepAnswer)
+            self._keep_answers(action.answers)
+        elif kind is Note:
+            assert isinstance(action, Note)
+            self._slot.end_note(action.key, action.value)
+        elif kind is CutOff:
+            assert isinstance(action, CutOff)
+            self._cut_off = action.reason
+            if self._process.returncode is None:
+                self._process.terminate()
 
     @abc.abstractmethod
     async def _start(self, pending: Pending) -> None:
         """Start a ``tools/call`` the core began (``_stdio_calls.py``)."""
 
     @abc.abstractmethod
+    def _start_now(self, pending: Pending) -> bool:
+        """Start a plain real call at once if it can be (``_stdio_calls.py``)."""
+
+    @abc.abstractmethod
     async def _finish(self, action: FinishCall) -> None:
         """Finish a call as the core says it ended (``_stdio_calls.py``)."""
 
-    async def _keep_answers(self, answers: dict[str, Any]) -> None:
+    @abc.abstractmethod
+    def _finish_now(self, action: FinishCall) -> None:
+        """:meth:`_finish` on the fast path: the reply too is written at once."""
+
+    def _keep_answers(self, answers: dict[str, Any]) -> None:
         """Keep the server's first answers for server-less replay: in the header's
         ``meta["mcp"]["server_answers"]``, or in the end record's when the episode opened
         first (a client that pipelines its first requests)."""
-        if not self._slot.opened:
+        ep = self._slot.recorder_now
+        if ep is None:
             self._slot.note("server_answers", answers)
         else:
-            ep = await self._slot.recorder()
             ep.end_meta.setdefault("mcp", {})["server_answers"] = answers
+
+    def _to_client_now(self, data: bytes) -> None:
+        """Write to the client's pipe, or queue behind what waits (ordered by the stream)."""
+        if self._client_broken:
+            return
+        out = self._fd_out
+        assert out is not None
+        try:
+            if not out.send_nowait(data):
+                self._client_flush = True
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._client_broken = True  # keep draining the server so it never blocks
+
+    def _to_server_now(self, data: bytes) -> None:
+        if self._upstream_broken:
+            return
+        up = self._upstream_in
+        try:
+            if up.send_nowait(data):
+                return
+            self._flush_wake.set()
+            if up.pending_bytes > self._core.max_message_bytes:
+                self._server_flush = True  # too much queued: wait for the server
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._upstream_broken = True
+
+    async def _settle(self) -> None:
+        """Flush what the fast path queued (the pump waits here: memory stays bounded)."""
+        if self._client_flush:
+            self._client_flush = False
+            try:
+                async with self._to_client_lock:
+                    if not self._client_broken and self._fd_out is not None:
+                        await self._flush_client(self._fd_out)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._client_broken = True
+        if self._server_flush:
+            self._server_flush = False
+            try:
+                async with self._flush_lock:
+                    await self._upstream_in.flush()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._upstream_broken = True
 
     async def _to_client(self, data: bytes) -> None:
         if self._client_broken:

@@ -26,6 +26,9 @@ from ._relay._states import Pending
 from ._schema import listed_schemas
 from ._stdio_base import SessionBase, Waiter
 
+#: A call ``begin_call`` would not run inline (``_start_now`` asked): it runs in a task.
+_IN_A_TASK = object()
+
 
 class TaskCall:
     """A call run in a task: how the core's ``FinishCall`` reaches it."""
@@ -43,17 +46,34 @@ class CallSession(SessionBase):
     _tasks = 0
     _idle: anyio.Event
 
+    def _start_now(self, pending: Pending) -> bool:
+        core = self._core
+        ep = self._slot.recorder_now
+        if ep is None or core.server_gone:
+            return False  # the first call opens the episode: it waits (``_start``)
+        call = ep.begin_call(pending.tool, pending.args)
+        if call is None:
+            pending.handle = _IN_A_TASK  # ``_start`` runs it
+            return False
+        pending.inline, pending.handle = True, call
+        forward = core.forward(pending, self._now(), call.limit)
+        if forward is not None:
+            self.perform_now(forward)
+        if forward is None or self._upstream_broken:
+            self._finish_now(self._unforwarded(pending))
+        return True
+
     async def _start(self, pending: Pending) -> None:
         core = self._core
-        if not core.server_gone:
+        if not core.server_gone and pending.handle is not _IN_A_TASK:
             ep = await self._slot.recorder()  # the first call opens the episode: it may wait
             if not core.server_gone and (call := ep.begin_call(pending.tool, pending.args)):
                 pending.inline, pending.handle = True, call
-                forward = core.forward(pending, anyio.current_time(), call.limit)
+                forward = core.forward(pending, self._now(), call.limit)
                 if forward is not None:
                     await self.perform(forward)
                 if forward is None or self._upstream_broken:
-                    await self._unforwarded(pending)
+                    await self._finish(self._unforwarded(pending))
                 return
         state = pending.call
         assert state is not None
@@ -72,19 +92,34 @@ class CallSession(SessionBase):
         # Read on only once the call is dispatched: the server sees the client's order.
         await task.dispatched.wait()
 
-    async def _unforwarded(self, pending: Pending) -> None:
+    def _unforwarded(self, pending: Pending) -> FinishCall:
+        """How a call the server never got ends."""
         assert pending.call is not None
         reason = self._core.gone_reason
         if self._upstream_broken:
             reason = "the MCP server is gone (its stdin is closed)"
         pending.call.forwarded = False
-        await self._finish(FinishCall(pending, "failed", reason=reason))
+        return FinishCall(pending, "failed", reason=reason)
 
     async def _finish(self, action: FinishCall) -> None:
-        pending, how = action.pending, action.how
+        pending = action.pending
         if pending.kind == "call" and pending.inline:
-            await self._record_inline(pending, action)
-            return
+            self._record_step(pending, action)
+            await self.perform(self._core.recorded(pending))
+        else:
+            self._wake_task(action)
+
+    def _finish_now(self, action: FinishCall) -> None:
+        pending = action.pending
+        if pending.kind == "call" and pending.inline:
+            self._record_step(pending, action)
+            self.perform_now(self._core.recorded(pending))  # never waits: no StartCall
+        else:
+            self._wake_task(action)
+
+    def _wake_task(self, action: FinishCall) -> None:
+        """Tell the task that runs the call (or waits for an answer) how it ended."""
+        pending, how = action.pending, action.how
         handle = pending.handle
         if isinstance(handle, TaskCall):
             if how == "interrupted":
@@ -98,8 +133,9 @@ class CallSession(SessionBase):
             else:
                 handle.fail(action.reason or self._core.gone_reason)
 
-    async def _record_inline(self, pending: Pending, action: FinishCall) -> None:
-        """Record an inline call's step as ``action`` says it ended, then reply."""
+    def _record_step(self, pending: Pending, action: FinishCall) -> None:
+        """Record an inline call's step as ``action`` says it ended (the reply is the
+        core's ``recorded``)."""
         call: OpenCall = pending.handle
         state = pending.call
         assert state is not None
@@ -120,7 +156,6 @@ class CallSession(SessionBase):
             call.timed_out(finalize)
         else:
             call.interrupted(finalize)
-        await self.perform(self._core.recorded(pending))
 
     async def _run_call(self, pending: Pending, task: TaskCall) -> None:
         state = pending.call
@@ -149,7 +184,7 @@ class CallSession(SessionBase):
         """The runner: send the original request upstream and await its answer."""
         state = pending.call
         assert state is not None
-        forward = self._core.forward(pending, anyio.current_time())
+        forward = self._core.forward(pending, self._now())
         try:
             if forward is None:
                 raise UpstreamGone(self._core.gone_reason)

@@ -10,13 +10,16 @@ pending) a stop only hurries the server's end: the episode stays ``complete``.
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Callable
 
 import anyio
+import sniffio
 from anyio.abc import Process
 
 from ._episodes import EpisodeSlot
-from ._fdstream import iter_lines
+from ._fdstream import Later, LineTooLong, feed_lines
 from ._relay import Action, FinishCall
 from ._stdio_calls import CallSession
 
@@ -29,6 +32,7 @@ class Session(CallSession):
     _slot_made = False
 
     async def run(self) -> int:
+        self._now = _clock()
         self._idle = anyio.Event()
         self._idle.set()
         self._stdout_eof = anyio.Event()
@@ -79,7 +83,7 @@ class Session(CallSession):
     async def _record_quietly(self, action: FinishCall) -> None:
         """Record an inline call's step with no reply (the session is over)."""
         self._client_broken = True
-        await self._record_inline(action.pending, action)
+        await self._finish(action)
 
     @property
     def recorded(self) -> bool:
@@ -107,17 +111,41 @@ class Session(CallSession):
         if hasattr(self, "_stop_scope"):
             self._stop_scope.cancel()
 
+    def _handle(self, actions: list[Action]) -> Later:
+        """Perform a line's actions: at once on the fast path (None), else what the pump
+        awaits before the next line."""
+        if not self.fast:
+            return self.perform(actions)
+        i = self.perform_now(actions)
+        if i < len(actions):
+            return self.perform(actions[i:])
+        if self.owes_flush:
+            return self._settle()
+        return None
+
+    def _client_line(self, line: bytes | LineTooLong) -> Later:
+        core = self._core
+        if isinstance(line, bytes):
+            actions = core.from_client(line, self._now())
+        else:
+            actions = core.client_too_long(line.size, line.head)
+        return self._handle(actions) if actions else None
+
+    def _server_line(self, line: bytes | LineTooLong) -> Later:
+        core = self._core
+        if isinstance(line, bytes):
+            actions = core.from_server(line, self._now())
+        else:
+            actions = core.server_too_long(line.size)
+        return self._handle(actions) if actions else None
+
+    def _cut(self) -> bool:
+        return self._cut_off is not None  # not another byte from the server
+
     async def _pump_client(self) -> None:
         core = self._core
-        async for line in iter_lines(self._client_in, core.max_message_bytes):
-            now = anyio.current_time()
-            if isinstance(line, bytes):
-                actions = core.from_client(line, now)
-            else:
-                actions = core.client_too_long(line.size, line.head)
-            if actions:
-                await self.perform(actions)
-        core.client_closed(anyio.current_time())
+        await feed_lines(self._client_in, core.max_message_bytes, self._client_line)
+        core.client_closed(self._now())
         # The client hung up: close the server's stdin, as an MCP client does on shutdown
         # (after what is still queued for it).
         with anyio.move_on_after(self._proxy.grace, shield=True):
@@ -129,16 +157,7 @@ class Session(CallSession):
 
     async def _pump_server(self) -> None:
         core = self._core
-        async for line in iter_lines(self._upstream_out, core.max_message_bytes):
-            now = anyio.current_time()
-            if isinstance(line, bytes):
-                actions = core.from_server(line, now)
-            else:
-                actions = core.server_too_long(line.size)
-            if actions:
-                await self.perform(actions)
-            if self._cut_off is not None:
-                break  # not another byte from it
+        await feed_lines(self._upstream_out, core.max_message_bytes, self._server_line, self._cut)
         self._stdout_eof.set()
         self._server_gone.set()
 
@@ -155,7 +174,7 @@ class Session(CallSession):
                 # are not late, the client is (see _flush_client): that is settled first.
                 async with self._to_client_lock:
                     pass
-            await self.perform(self._core.expire(anyio.current_time()))
+            await self.perform(self._core.expire(self._now()))
 
     async def _watch_process(self) -> None:
         await self._process.wait()
@@ -173,6 +192,13 @@ class Session(CallSession):
         if self._core.crashed:
             with anyio.move_on_after(1):
                 await self._client_out.aclose()  # the client sees the end too
+
+
+def _clock() -> Callable[[], float]:
+    """The clock anyio reads (``anyio.current_time``), without its lookups per call."""
+    if sniffio.current_async_library() == "asyncio":
+        return asyncio.get_running_loop().time
+    return anyio.current_time
 
 
 async def stop_server(process: Process, grace: float) -> int:

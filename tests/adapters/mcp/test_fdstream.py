@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -12,7 +13,14 @@ import pytest
 from anyio.abc import ByteReceiveStream
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from litmus_sandbox.adapters.mcp._fdstream import FdReceiveStream, FdSendStream, iter_lines
+from litmus_sandbox.adapters.mcp._fdstream import (
+    FdReceiveStream,
+    FdSendStream,
+    LineTooLong,
+    feed_lines,
+    iter_lines,
+)
+from litmus_sandbox.adapters.mcp._lines import LineSplitter
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +290,86 @@ async def test_a_line_over_the_bound_is_reported_at_once_and_dropped() -> None:
         b"x" * 80,
         b"long" + b"y" * 99 + b"\n",
     ]
+
+
+def test_the_splitter_gives_what_iter_lines_gives_however_it_is_fed() -> None:
+    """One whole line per chunk (the no-copy case), lines cut anywhere, a long line."""
+    splitter = LineSplitter(8)
+    got: list[bytes | tuple[str, int]] = []
+    for chunk in [b"one\n", b"tw", b"o\nthr", b"ee\n", b"123456789\n", b"x" * 9, b"y\nz\n"]:
+        got += [g if isinstance(g, bytes) else ("too long", g.size) for g in splitter.feed(chunk)]
+    assert got == [
+        b"one\n",
+        b"two\n",
+        b"three\n",
+        ("too long", 10),
+        ("too long", 9),
+        b"z\n",
+    ]
+    splitter.feed(b"tail")
+    assert splitter.rest() == b"tail"
+    assert splitter.rest() == b""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_feed_lines_awaits_a_handler_that_must_wait_and_keeps_the_order(
+    pipe: tuple[int, int], anyio_backend: str
+) -> None:
+    """Lines that arrive while a handler waits are handed on after it, in order; the
+    last line without its newline comes too."""
+    r, w = pipe
+    source = FdReceiveStream(r)
+    got: list[bytes] = []
+    waited = anyio.Event()
+
+    async def slow(line: bytes) -> None:
+        await waited.wait()
+        got.append(b"after " + line)
+
+    def on_line(line: bytes | LineTooLong) -> Any:
+        assert isinstance(line, bytes)
+        if line == b"wait\n":
+            return slow(line)
+        got.append(line)
+        return None
+
+    async def write() -> None:
+        os.write(w, b"a\nwait\n")
+        await anyio.sleep(0.05)
+        os.write(w, b"b\nc\n")  # read while the handler waits
+        await anyio.sleep(0.05)
+        assert got == [b"a\n"]
+        waited.set()
+        await anyio.sleep(0.05)
+        os.write(w, b"d\ne")
+        os.close(w)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await feed_lines(source, 1024, on_line)
+    await source.aclose()
+    assert got == [b"a\n", b"after wait\n", b"b\n", b"c\n", b"d\n", b"e"]
+
+
+async def test_feed_lines_stops_when_told_and_raises_what_the_handler_raised(
+    pipe: tuple[int, int],
+) -> None:
+    r, w = pipe
+    source = FdReceiveStream(r)
+    got: list[bytes | LineTooLong] = []
+    os.write(w, b"one\nstop\nnever\n")
+    with anyio.fail_after(5):
+        await feed_lines(source, 1024, got.append, lambda: b"stop\n" in got)
+    assert got == [b"one\n", b"stop\n"]
+
+    def boom(line: bytes | LineTooLong) -> None:
+        raise ValueError(line)
+
+    os.write(w, b"bad\n")
+    with anyio.fail_after(5), pytest.raises(ValueError, match="bad"):
+        await feed_lines(source, 1024, boom)
+    # The stream is usable again: the pump let go of it (what it had cut is dropped).
+    os.write(w, b"later\n")
+    assert await source.receive() == b"later\n"
+    await source.aclose()
