@@ -142,6 +142,8 @@ class Watch:
         self, call_id: str, step: ToolCallStep, observed: list[Effects]
     ) -> ToolCallStep:
         overlapped = self._ledger.leave(call_id)
+        if not step.effects and not step.findings and not any(observed):
+            return step  # nothing seen (the hot path): merging nothing changes nothing
         attributed: list[Effects] = []
         for exact, effects in zip(self._observers.exact, observed, strict=True):
             kept, left = split(effects, exact or not overlapped)

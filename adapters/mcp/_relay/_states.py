@@ -44,6 +44,10 @@ Key = tuple[str, Any]
 
 
 class State(enum.Enum):
+    # Members are singletons compared by identity: hashed by identity too, in C (the
+    # table is looked up for every message; Enum's own hash is Python code).
+    __hash__ = object.__hash__
+
     STARTING = "starting"
     AT_SERVER = "at_server"
     TASK = "task"
@@ -52,6 +56,8 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
+    __hash__ = object.__hash__  # as State's
+
     #: The request was sent to the server.
     FORWARD = "forward"
     #: The policy answered the call without the server.
