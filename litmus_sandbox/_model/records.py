@@ -370,6 +370,29 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unk
     tools_called: tuple[str, ...] | None = None
 
 
+class _NoKeys(dict[str, Any]):
+    """The empty, read-only dict every verdict shares as its default
+    ``unknown_provenance``. msgspec copies an empty ``dict`` default for each record it
+    decodes (one allocation, and one object for the cyclic collector to count, per
+    record: measurable over a million verdicts); a subclass it leaves shared, so it may
+    not change."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a verdict's unknown_provenance is read-only")
+
+    __setitem__ = __delitem__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __ior__(self, other: object) -> _NoKeys:  # type: ignore[override,misc]
+        raise TypeError("a verdict's unknown_provenance is read-only")
+
+
+#: Provenance keys no reader left aside (see :class:`_NoKeys`).
+NO_UNKNOWN_KEYS: dict[str, Any] = _NoKeys()
+
+
 class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_field="kind", gc=False):
     """A trajectory verdict: ``safe = all(step.safe for step in steps)`` over covered steps."""
 
@@ -381,7 +404,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_fiel
     first_unsafe_step: int | None = None
     provenance: Provenance = Provenance()
     #: Provenance keys this reader does not know (written by a newer version); fail closed.
-    unknown_provenance: dict[str, Any] = {}
+    unknown_provenance: dict[str, Any] = NO_UNKNOWN_KEYS
 
 
 class PolicyRecord(msgspec.Struct, frozen=True, kw_only=True, tag="policy", tag_field="kind"):
@@ -412,7 +435,7 @@ class LegacyVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     safe: bool
     provenance: LegacyProvenance = LegacyProvenance()
     #: Provenance keys this reader does not know; the gate fails closed on them.
-    unknown_provenance: dict[str, Any] = {}
+    unknown_provenance: dict[str, Any] = NO_UNKNOWN_KEYS
 
     @property
     def case_id(self) -> str:
