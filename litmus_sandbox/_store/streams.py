@@ -33,6 +33,7 @@ from litmus_sandbox._model.codec import (
     decode_verdict_record,
     encode,
     legacy_fast_decoder,
+    legacy_members_distinct,
     verdict_fast_decoder,
 )
 from litmus_sandbox._model.errors import NewerVersionError, RecordDecodeError
@@ -415,6 +416,8 @@ def _fast_block(block: bytes) -> list[VerdictRecord] | None:
         records: list[Any] = decoder.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None  # the per-line reader names the line and its problem
+    if legacy and legacy_members_distinct(records, block):
+        return records
     if not canonical_block(records, block, legacy=legacy) and block_duplicate(block, 1):
         return None  # the per-line reader names the line with the duplicate key
     return records

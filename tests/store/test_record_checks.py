@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 import pytest
 from factories import legacy, verdict
+from hypothesis import given
+from hypothesis import strategies as st
 
 from litmus_sandbox import (
     NewerVersionError,
@@ -17,6 +20,13 @@ from litmus_sandbox import (
     read_verdicts,
     write_verdicts,
 )
+from litmus_sandbox._model.codec import (
+    DecodeProblem,
+    decode_verdict_record,
+    legacy_fast_decoder,
+    legacy_members_distinct,
+)
+from litmus_sandbox._model.records import NO_UNKNOWN_KEYS
 
 _EP = '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}'
 _VERDICT = '{"kind":"verdict","v":1,"case_id":"a","episode_id":"e","safe":true}'
@@ -165,3 +175,84 @@ def test_json_nested_100k_deep_is_an_error_naming_its_line(tmp_path: Path) -> No
         p = _write(tmp_path / "v.jsonl", lines)
         with pytest.raises(RecordDecodeError, match=r"v\.jsonl:2: JSON nested too deeply"):
             read_verdicts(p)
+
+
+# ---------------------------------------------------------------- the colon count
+
+
+_LEGACY_KEYS = ("truncate_on_refusal", "truncate_on_empty_tool_result", "steps_covered")
+_values = st.one_of(st.booleans(), st.none(), st.integers(0, 9))
+
+
+@st.composite
+def _legacy_line(draw: st.DrawFn) -> tuple[str, bool]:
+    """A legacy verdict line as some writer might write it: any spacing, colons in
+    strings, explicit nulls, an unknown key; with a duplicate key or not."""
+    run_id = draw(st.sampled_from(["r", "suite:case", "a b", "x::y"]))
+    members = [("run_id", json.dumps(run_id)), ("safe", json.dumps(draw(st.booleans())))]
+    prov: list[tuple[str, str]] = []
+    for key in draw(st.lists(st.sampled_from(_LEGACY_KEYS), unique=True)):
+        drawn = draw(_values if key == "steps_covered" else st.one_of(st.booleans(), st.none()))
+        prov.append((key, json.dumps(drawn)))
+    if draw(st.booleans()):
+        prov.append(("judge_version", json.dumps(draw(st.sampled_from(["j", "j:2", None])))))
+    if draw(st.booleans()) or prov:
+        members.append(("provenance", "{" + ", ".join(f'"{k}": {v}' for k, v in prov) + "}"))
+    if draw(st.booleans()):
+        members.append(("note", json.dumps(draw(st.sampled_from(["n", "a:b"])))))
+    duplicated = draw(st.booleans())
+    if duplicated:
+        where = draw(st.sampled_from(["top", "provenance"] if prov else ["top"]))
+        if where == "top":
+            twice = draw(st.sampled_from(members[:2]))
+            members.insert(draw(st.integers(0, len(members))), twice)
+        else:
+            twice = draw(st.sampled_from(prov))
+            prov.insert(draw(st.integers(0, len(prov))), twice)
+            members = [m for m in members if m[0] != "provenance"]
+            members.append(("provenance", "{" + ", ".join(f'"{k}": {v}' for k, v in prov) + "}"))
+    colon = draw(st.sampled_from([":", ": ", " : ", "\t:"]))
+    comma = draw(st.sampled_from([",", ", ", " ,"]))
+    return "{" + comma.join(f'"{k}"{colon}{v}' for k, v in members) + "}", duplicated
+
+
+@given(st.lists(_legacy_line(), min_size=1, max_size=6))
+def test_the_colon_count_never_passes_a_duplicate_key(lines: list[tuple[str, bool]]) -> None:
+    """Counting colons tells a block has no duplicate key only when it has none; and the
+    reader refuses a block with one, whichever check finds it."""
+    block = "".join(line + "\n" for line, _ in lines).encode()
+    try:
+        records = legacy_fast_decoder.decode_lines(block)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return  # the fast decoder refuses it; the per-line reader names the line
+    duplicated = any(dup for _, dup in lines)
+    if legacy_members_distinct(records, block):
+        assert not duplicated
+    if duplicated:
+        with pytest.raises(DecodeProblem, match="duplicate key"):
+            _decode_each(line for line, _ in lines)
+
+
+def _decode_each(lines: Iterable[str]) -> None:
+    for line in lines:
+        decode_verdict_record(line.encode())
+
+
+def test_the_colon_count_takes_a_file_as_json_dumps_writes_it() -> None:
+    lines = [json.dumps(msgspec.to_builtins(legacy(f"r{i}"))) for i in range(50)]
+    block = "".join(line + "\n" for line in lines).encode()
+    assert legacy_members_distinct(legacy_fast_decoder.decode_lines(block), block)
+
+
+def test_verdicts_share_one_read_only_empty_unknown_provenance() -> None:
+    """Decoding allocates no dict per verdict (see NO_UNKNOWN_KEYS), and the one they
+    share cannot be changed through any of them."""
+    records = legacy_fast_decoder.decode_lines((_LEGACY + "\n").encode() * 3)
+    assert records[0].unknown_provenance is records[2].unknown_provenance is NO_UNKNOWN_KEYS
+    assert records[0].unknown_provenance == {}
+    with pytest.raises(TypeError, match="read-only"):
+        records[0].unknown_provenance["x"] = 1
+    with pytest.raises(TypeError, match="read-only"):
+        records[0].unknown_provenance.update(x=1)
+    assert NO_UNKNOWN_KEYS == {}
+    assert msgspec.json.decode(msgspec.json.encode(records[0]))["unknown_provenance"] == {}
