@@ -10,9 +10,12 @@ Theory of operation
 * ``order`` given (``"sorted"`` or ``"lockstep"``, as
   :func:`~litmus_sandbox._core.joins.merge_order` tells from the case ids): a merge that
   holds only the current case of each side;
-* otherwise both sides are held and joined in memory; with ``buckets`` (somewhere to
-  spill) and past ``memory_budget``, a partitioned join through them instead
-  (``_core/spill.py``), chosen at once when ``size_hint`` says the input will not fit.
+* otherwise the baseline is held, and the candidate probed against it a block at a time
+  (``_core/probe.py``: the fastest way, for a sink that does not want the plain passes);
+  where the probe does not apply, both sides are held and joined in memory; with
+  ``buckets`` (somewhere to spill) and past ``memory_budget``, a partitioned join
+  through them instead (``_core/spill.py``), chosen at once when ``size_hint`` says the
+  input will not fit.
 
 Every way gives the same cases in the same order: the baseline's cases as they first
 appear, then those only the candidate has. :func:`gate` is the in-memory way, every case
@@ -27,12 +30,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
 from typing import Protocol
 
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.joins import Chunk, MergeOrder, chunked, memory_join, merge_join
-from litmus_sandbox._core.spill import Buckets, PartitionedJoin, SpilledDeferred, weight
+from litmus_sandbox._core.probe import Reading, blocks_of, probe_join
+from litmus_sandbox._core.spill import Buckets, PartitionedJoin, SpilledDeferred
 from litmus_sandbox._core.summary import EXIT_CODES as EXIT_CODES
 from litmus_sandbox._core.summary import Decision as Decision
 from litmus_sandbox._core.summary import GateReport as GateReport
@@ -48,7 +51,6 @@ from litmus_sandbox._model.records import AnyVerdict
 DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Decoded verdicts take about this many times their bytes in a JSON Lines file.
 _DECODED_PER_FILE_BYTE = 1.7
-_READ_BLOCK = 8192
 
 
 class CaseSink(Protocol):
@@ -133,24 +135,40 @@ def stream_gate(
     """
     exclusions = exclusions or {}
     recordings = baseline_recordings or {}
-    tally = SuiteTally(recordings)
-    decider = CaseDecider(tally, exclusions, recordings, plain=sink.plain)
+
+    def new_decider() -> CaseDecider:
+        return CaseDecider(SuiteTally(recordings), exclusions, recordings, plain=sink.plain)
+
+    decider = new_decider()
     if order is not None:
         deferred = None
         if buckets is not None:
             deferred = SpilledDeferred(buckets, 0, memory_budget // 2)
         chunks = merge_join(baseline, candidate, order, deferred)
-    elif buckets is None:
-        b_list = baseline if isinstance(baseline, list) else list(baseline)
-        c_list = candidate if isinstance(candidate, list) else list(candidate)
-        chunks = chunked(*memory_join(b_list, c_list))
     else:
-        chunks = _budgeted_join(baseline, candidate, buckets, memory_budget, size_hint)
+        reading = Reading(None if buckets is None else memory_budget)
+        b_blocks, c_blocks = blocks_of(baseline), blocks_of(candidate)
+        joined: Iterator[Chunk] | None = None
+        may_fit = buckets is None or size_hint is None or fits(size_hint, memory_budget)
+        if may_fit and reading.read(0, b_blocks):
+            if not sink.plain:
+                probed = probe_join(reading, c_blocks, decider)
+                if probed is not None:
+                    for results in probed:
+                        sink.write(results)
+                    return decider.tally.summary(decider.unknown_exclusions())
+                decider = new_decider()  # the general join, from what was read
+            if reading.read(1, c_blocks):
+                joined = chunked(*memory_join(*reading.sides))
+        if joined is None:
+            assert buckets is not None  # past a budget, which only buckets give
+            joined = _spilled(reading, b_blocks, c_blocks, buckets, memory_budget, size_hint)
+        chunks = joined
     for keys, bs, cs in chunks:
         results = decider.decide(keys, bs, cs)
         if results:
             sink.write(results)
-    return tally.summary(decider.unknown_exclusions())
+    return decider.tally.summary(decider.unknown_exclusions())
 
 
 def fits(size: int, budget: int) -> bool:
@@ -158,47 +176,24 @@ def fits(size: int, budget: int) -> bool:
     return size * _DECODED_PER_FILE_BYTE <= budget
 
 
-def _blocks(verdicts: Iterable[AnyVerdict]) -> Iterator[list[AnyVerdict]]:
-    it = iter(verdicts)
-    return iter(lambda: list(islice(it, _READ_BLOCK)), [])
-
-
-def _block_weight(block: list[AnyVerdict]) -> int:
-    # Two verdicts stand for the block: a block of a file holds verdicts of one shape.
-    return len(block) * (weight(block[0]) + weight(block[-1])) // 2
-
-
-def _budgeted_join(
-    baseline: Iterable[AnyVerdict],
-    candidate: Iterable[AnyVerdict],
+def _spilled(
+    reading: Reading,
+    baseline: Iterator[list[AnyVerdict]],
+    candidate: Iterator[list[AnyVerdict]],
     buckets: Buckets,
     budget: int,
     size_hint: int | None,
 ) -> Iterator[Chunk]:
-    """In memory while the held verdicts fit ``budget``; else through ``buckets``."""
-    sides: list[list[AnyVerdict]] = [[], []]
-    held = 0
-    streams = (_blocks(baseline), _blocks(candidate))
-    if size_hint is None or fits(size_hint, budget):
-        for side in (0, 1):
-            for block in streams[side]:
-                sides[side].extend(block)
-                held += _block_weight(block)
-                if held > budget:
-                    break
-            if held > budget:
-                break
-        else:
-            yield from chunked(*memory_join(sides[0], sides[1]))
-            return
+    """The partitioned join through ``buckets``, from what ``reading`` holds and the
+    rest of each side."""
     # Each partition (and range) should hold an eighth of the budget once grouped; with
     # no idea of the input's size, enough partitions for a suite some 16 times it.
     estimate = int(size_hint * _DECODED_PER_FILE_BYTE) if size_hint else 16 * budget
     partitions = min(512, max(16, math.ceil(8 * estimate / budget)))
     join = PartitionedJoin(buckets, partitions)
-    for side in (0, 1):
-        join.add(side, sides[side])
-        sides[side] = []
-        for block in streams[side]:
+    for side, blocks in enumerate((baseline, candidate)):
+        join.add(side, reading.sides[side])
+        reading.sides[side].clear()
+        for block in blocks:
             join.add(side, block)
-    yield from join.chunks()
+    return join.chunks()

@@ -174,10 +174,11 @@ class CaseDecider:
         ] = {}
 
     def decide(
-        self, keys: Sequence[str], bs: Sequence[Side], cs: Sequence[Side]
+        self, keys: Sequence[str], bs: Sequence[Side], cs: Sequence[Side], *, note: bool = True
     ) -> list[CaseResult]:
         """Decide the cases of one chunk, in order; tally them all and return the results
-        asked for."""
+        asked for. ``note=False``: count them only; the caller notes the results in the
+        tally later, in gate order (:meth:`SuiteTally.note`)."""
         exclusions = self._exclusions
         if exclusions:
             self.matched.update(k for k in keys if k in exclusions)
@@ -188,7 +189,8 @@ class CaseDecider:
         tally.count(map(_outcome, out))
         if passes:
             tally.count_passes(passes)
-        tally.note(checked)
+        if note:
+            tally.note(checked)
         return out
 
     def _chunk(

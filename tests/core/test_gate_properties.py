@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from litmus_sandbox import LegacyVerdict, RecorderId, compare_case, gate
 from litmus_sandbox._core.joins import merge_order
+from litmus_sandbox._core.probe import VerdictBlocks, block_weight
 from litmus_sandbox._core.suite import stream_gate
 
 COMPARED = {"PASS", "IMPROVEMENT", "REGRESSION"}
@@ -265,6 +266,36 @@ def _check_every_path(b: list[Any], c: list[Any], exclusions: dict[str, str]) ->
         assert quiet.cases == [
             r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)
         ], name
+    _check_the_probe(b, c, exclusions, expected, report.summary())
+
+
+def _in_blocks(verdicts: list[Any], size: int) -> VerdictBlocks:
+    return VerdictBlocks(verdicts[i : i + size] for i in range(0, len(verdicts), size))
+
+
+def _check_the_probe(
+    b: list[Any], c: list[Any], exclusions: dict[str, str], expected: list[Any], summary: Any
+) -> None:
+    """The probe (baseline held, candidate read a block at a time) gives what the other
+    ways give, whether it goes through or gives up: a case listed twice within a block or
+    across blocks, or a budget the baseline fits and the candidate passes."""
+    quiet_cases = [r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)]
+    b_weight = sum(block_weight([v]) for v in b)
+    for size in (1, 2, 5):
+        ways: dict[str, dict[str, Any]] = {
+            "probe": {},
+            "probe past its budget": {
+                "buckets": MemoryBuckets(),
+                "memory_budget": max(1, b_weight),
+            },
+        }
+        for name, kw in ways.items():
+            quiet = Kept(plain=False)
+            got = stream_gate(
+                _in_blocks(b, size), _in_blocks(c, size), quiet, exclusions=exclusions, **kw
+            )
+            assert quiet.cases == quiet_cases, (name, size)
+            assert got == summary, (name, size)
 
 
 def _plain(r: Any) -> bool:
