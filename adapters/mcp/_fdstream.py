@@ -101,7 +101,7 @@ class _LoopReader:
         # is idle; while it is busy (awaiting a handler) what arrives waits in ``_chunks``.
         self._on_line: OnLine | None = None
         self._splitter: LineSplitter | None = None
-        self._until: Callable[[], bool] | None = None
+        self._until: Callable[[], bool] | None = None  # None: never
         self._busy = False
         self._later: tuple[Coroutine[Any, Any, None], list[bytes | LineTooLong]] | None = None
         self._failure: Exception | None = None
@@ -136,11 +136,10 @@ class _LoopReader:
         """Hand lines to the handler until one must be awaited (then the pump is woken)."""
         on_line, until = self._on_line, self._until
         assert on_line is not None
-        assert until is not None
         for i, line in enumerate(lines):
             try:
                 later = on_line(line)
-                stop = until()
+                stop = until is not None and until()
             except Exception as exc:  # raised in the pump's task, not lost in the loop's
                 self._failure, self._busy = exc, True
                 self._wake()
@@ -153,7 +152,7 @@ class _LoopReader:
                 return
 
     async def pump(
-        self, splitter: LineSplitter, on_line: OnLine, until: Callable[[], bool]
+        self, splitter: LineSplitter, on_line: OnLine, until: Callable[[], bool] | None
     ) -> None:
         """Feed every line to ``on_line`` until the end of the stream or ``until()``."""
         if self._waiter is not None or self._on_line is not None:
@@ -161,7 +160,7 @@ class _LoopReader:
         self._splitter, self._on_line, self._until = splitter, on_line, until
         self._busy = True  # what was read before is handled first, here
         try:
-            while not until():
+            while until is None or not until():
                 if self._later is not None:
                     later, rest = self._later
                     self._later = None
@@ -356,7 +355,12 @@ class FdSendStream(_Fd, ByteSendStream):
         if self._pending:
             self._pending += item
             return False
-        n = self._write(item)
+        try:
+            n = os.write(self._fd, item)
+        except BlockingIOError:
+            n = 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise anyio.BrokenResourceError from exc
         if n == len(item):
             return True
         self._pending = bytearray(memoryview(item)[n:])
@@ -383,15 +387,11 @@ class FdSendStream(_Fd, ByteSendStream):
             raise anyio.BrokenResourceError from exc
 
 
-def _never() -> bool:
-    return False
-
-
 async def feed_lines(
     stream: ByteReceiveStream,
     max_bytes: int,
     on_line: OnLine,
-    until: Callable[[], bool] = _never,
+    until: Callable[[], bool] | None = None,
 ) -> None:
     """Hand each line of ``stream`` to ``on_line`` (lines as :func:`iter_lines` gives
     them), awaiting what it returns before the next line, until the stream ends or
@@ -403,12 +403,12 @@ async def feed_lines(
                 later = on_line(line)
                 if later is not None:
                     await later
-                if until():
+                if until is not None and until():
                     return
         return
     splitter = LineSplitter(max_bytes)
     await reader.pump(splitter, on_line, until)
-    if not until() and (rest := splitter.rest()):
+    if (until is None or not until()) and (rest := splitter.rest()):
         later = on_line(rest)  # a last line without its newline
         if later is not None:
             await later

@@ -18,6 +18,7 @@ is recorded as such (the episode aborts saying so) and gets nothing more.
 from __future__ import annotations
 
 import abc
+import math
 import sys
 from typing import Any, Protocol
 
@@ -122,6 +123,8 @@ class SessionBase(abc.ABC):
         #: Why the server was cut off (it broke a limit), if it was.
         self._cut_off: str | None = None
         self._deadlines = anyio.CancelScope()  # replaced by the deadline watcher's
+        #: Its deadline, as last set (read per message: the scope's is a property).
+        self._wake_at = math.inf
         #: The fast path: the client is a pipe too, so every write is tried at once and
         #: queued in order when it cannot be (``perform_now``).
         self.fast = isinstance(client_out, FdSendStream) and client_out.pollable
@@ -154,9 +157,14 @@ class SessionBase(abc.ABC):
                     return i
             else:
                 self._note(action)
-        if self._core.next_deadline < self._deadlines.deadline:
-            self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
+        self._wake_earlier()
         return len(actions)
+
+    def _wake_earlier(self) -> None:
+        """Wake the deadline watcher by the core's earliest deadline, if that is sooner."""
+        nxt = self._core.next_deadline
+        if nxt < self._wake_at:
+            self._wake_at = self._deadlines.deadline = nxt
 
     @property
     def owes_flush(self) -> bool:
@@ -189,8 +197,7 @@ class SessionBase(abc.ABC):
                 await self._start(action.pending)
             else:
                 self._note(action)
-        if self._core.next_deadline < self._deadlines.deadline:
-            self._deadlines.deadline = self._core.next_deadline  # wake the watcher earlier
+        self._wake_earlier()
 
     def _note(self, action: Action) -> None:
         """The actions that only note facts (and cut the server off)."""

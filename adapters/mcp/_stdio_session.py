@@ -165,7 +165,7 @@ class Session(CallSession):
         """Feed the core the clock at its earliest deadline: one timer for all."""
         while True:
             with anyio.CancelScope() as self._deadlines:
-                self._deadlines.deadline = self._core.next_deadline
+                self._wake_at = self._deadlines.deadline = self._core.next_deadline
                 await anyio.sleep_forever()
             if self._core.next_deadline is math.inf:
                 continue  # woken early, and the deadline went (answered meanwhile)
