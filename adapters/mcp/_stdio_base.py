@@ -131,8 +131,10 @@ class SessionBase(abc.ABC):
         self._fd_out = client_out if isinstance(client_out, FdSendStream) else None
         self._client_flush = False
         self._server_flush = False
-        #: The clock the core is fed (the event loop's, read without anyio's lookups).
+        #: The clock the core is fed (the event loop's, read without anyio's lookups),
+        #: and when the client's line being handled was read.
         self._now = anyio.current_time
+        self._line_at = 0.0
 
     def perform_now(self, actions: list[Action]) -> int:
         """Carry out the core's actions that need no waiting, in order; returns the index
@@ -157,7 +159,8 @@ class SessionBase(abc.ABC):
                     return i
             else:
                 self._note(action)
-        self._wake_earlier()
+        if self._core.next_deadline < self._wake_at:
+            self._wake_earlier()
         return len(actions)
 
     def _wake_earlier(self) -> None:

@@ -56,7 +56,7 @@ class CallSession(SessionBase):
             pending.handle = _IN_A_TASK  # ``_start`` runs it
             return False
         pending.inline, pending.handle = True, call
-        forward = core.forward(pending, self._now(), call.limit)
+        forward = core.forward(pending, self._line_at, call.limit)  # the line just read
         if forward is not None:
             self.perform_now(forward)
         if forward is None or self._upstream_broken:

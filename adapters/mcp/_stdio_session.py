@@ -119,14 +119,15 @@ class Session(CallSession):
         i = self.perform_now(actions)
         if i < len(actions):
             return self.perform(actions[i:])
-        if self.owes_flush:
+        if self._client_flush or self._server_flush:
             return self._settle()
         return None
 
     def _client_line(self, line: bytes | LineTooLong) -> Later:
         core = self._core
         if isinstance(line, bytes):
-            actions = core.from_client(line, self._now())
+            self._line_at = now = self._now()
+            actions = core.from_client(line, now)
         else:
             actions = core.client_too_long(line.size, line.head)
         return self._handle(actions) if actions else None

@@ -54,7 +54,6 @@ from .._jsonrpc import (
     id_key,
     no_answer,
     parse,
-    progress_token_of,
     protocol_version_of,
     tool_call_of,
 )
@@ -208,9 +207,10 @@ class Relay(Tasks, Guard):
         self.engaged = True
         actions = self._offer(msg)
         self._offering = False  # the call opens the episode: its case id is settled
-        state = CallState(rid, line, stateless=PROTOCOL_VERSION_META_KEY in msg.meta)
+        meta = msg.meta
+        state = CallState(rid, line, stateless=PROTOCOL_VERSION_META_KEY in meta)
         state.output_schema = self.schemas.get(tool)
-        token = progress_token_of(msg)
+        token = meta.get("progressToken")  # progress_token_of, with the meta at hand
         pending = Pending(
             "call", key, rid, "tools/call", State.STARTING, call=state, tool=tool, args=args
         )
