@@ -25,7 +25,6 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any, TypeVar
 
 import msgspec
@@ -318,13 +317,18 @@ def legacy_members_distinct(records: list[LegacyVerdict], block: bytes) -> bool:
     :func:`canonical_block` and :func:`block_duplicate` look. Costs one count over the
     bytes, and one look per kind of provenance.
     """
-    kinds = Counter(map(_provenance_of, records))
-    implied = 2 * len(records) + sum(n * _provenance_members(p) for p, n in kinds.items())
+    kinds = set(map(_provenance_of, records))
+    members = {_provenance_members(p) for p in kinds}
+    if len(members) == 1:  # every record implies as many (the usual file): no counting
+        implied = (2 + members.pop()) * len(records)
+    else:
+        counts = Counter(map(_provenance_of, records))
+        implied = 2 * len(records) + sum(n * _provenance_members(p) for p, n in counts.items())
     # This library writes an empty ``unknown_provenance`` beside a legacy verdict; one
     # that was read has a dict of its own (the default is one shared dict).
-    given = list(map(_unknown_of, records))
-    if sum(map(operator.is_not, given, repeat(NO_UNKNOWN_KEYS))):
-        implied += sum(1 + len(u) for u in given if u is not NO_UNKNOWN_KEYS)
+    if b'"unknown_provenance"' in block:
+        given = [u for u in map(_unknown_of, records) if u is not NO_UNKNOWN_KEYS]
+        implied += sum(1 + len(u) for u in given)
     return block.count(b":") == implied
 
 
