@@ -51,7 +51,7 @@ DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 #: suffixes are powers of 1024).
 MAX_LINE_ENV = "LITMUS_MAX_LINE_BYTES"
 #: How much :func:`iter_blocks` reads at a time (never more than the cap).
-BLOCK_BYTES = 8 * 1024 * 1024
+BLOCK_BYTES = 1024 * 1024
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}

@@ -55,17 +55,24 @@ class TableWriter(Writer):
         for case in results:
             if not shown(case):
                 continue
-            case_id = _one_line(case.case_id)
+            case_id = case.case_id
+            if not case_id.isprintable():
+                case_id = _one_line(case_id)
             if len(case_id) > width:
                 width = len(case_id)
             key = _legacy_kind(case)
-            row = kept.get(key) if key is not None else None
-            if row is None:
+            # The gate hands the cases of one kind one tuple of reasons: known by its
+            # identity (the entry holds it, so the id stays its own), it saves hashing
+            # every reason of every row.
+            seen = kept.get(key) if key is not None else None
+            if seen is not None and seen[0] is case.reasons:
+                row = seen[1]
+            else:
                 row = self._row(case)
                 if key is not None:
                     if len(kept) > 4096:
                         kept.clear()
-                    kept[key] = row
+                    kept[key] = (case.reasons, row)
             rows.setdefault(row[0], []).append((case_id, row[1], row[2]))
         self._width = width
         for place, ranked in rows.items():  # one write a rank
@@ -147,16 +154,17 @@ class TableWriter(Writer):
 
 #: (outcome, reasons, baseline safety, candidate's; None: no verdict) -> a row's rank,
 #: the rest of its first line and its further lines (see the module docstring).
+#: The key is the identity of the reasons; the entry keeps the reasons themselves.
 _legacy_rows: dict[
-    tuple[str, tuple[Reason, ...], bool | None, bool | None], tuple[int, str, list[str]]
+    tuple[str, int, bool | None, bool | None],
+    tuple[tuple[Reason, ...], tuple[int, str, list[str]]],
 ] = {}
 
 
-def _legacy_kind(
-    case: CaseResult,
-) -> tuple[str, tuple[Reason, ...], bool | None, bool | None] | None:
+def _legacy_kind(case: CaseResult) -> tuple[str, int, bool | None, bool | None] | None:
     """What ``case``'s row shows besides its case id, if its sides are one legacy verdict
-    each or none (then no step diff and no step evidence); None for any other case."""
+    each or none (then no step diff and no step evidence), with its reasons by identity;
+    None for any other case."""
     bs, cs = case.baseline, case.candidate
     if len(bs) > 1 or len(cs) > 1:
         return None
@@ -169,7 +177,7 @@ def _legacy_kind(
         if type(cs[0]) is not LegacyVerdict:
             return None
         c = cs[0].safe
-    return case.outcome, case.reasons, b, c
+    return case.outcome, id(case.reasons), b, c
 
 
 def render_table(report: GateReport, **kw: Any) -> str:
