@@ -17,6 +17,10 @@ repeated ``--repeats`` times, interleaved:
 * ``litmus/FORMAT``: the ``gate`` command as a user runs it (``main(["gate", ...,
   "--format", FORMAT, "-o", "/dev/null"])``): read both files as it decides, write the
   whole report. Its outcome counts are taken from the summary it computed.
+* ``floor``: the least a pure-Python gate does (``gate_workloads.floor_gate``): msgspec
+  decoding with the provenance kept as ``msgspec.Raw``, the candidate streamed a block at
+  a time and popped from a dict of the baseline, outcome counts only; no checks, no
+  report. The floor under any gate in Python, measured beside the others.
 * ``columnar`` (with ``--columnar-peer``; needs ``pip install polars``, no dependency of
   this project): polars' multi-threaded NDJSON reader and hash join computing the
   outcome counts with column expressions: no Python object per case, no report.
@@ -59,6 +63,7 @@ if str(HERE.parent) not in sys.path:
 from gate_workloads import (  # noqa: E402  (after the path above)
     ORDERS,
     Measured,
+    floor_gate,
     generate_legacy,
     generate_native,
     reference_gate,
@@ -179,6 +184,8 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import polars  # noqa: F401 - imported before the memory baseline is taken
 
         fn = columnar_gate
+    elif impl == "floor":
+        fn = floor_gate
     else:
         fn = reference_gate
     rss_after_imports = _maxrss_bytes()
@@ -367,6 +374,7 @@ def _drive(args: argparse.Namespace) -> int:
                 file_bytes[f"{size}/{order}"] = b.stat().st_size + c.stat().st_size
                 if size == base:
                     plan.append(("reference", f"legacy/{order}", b, c))
+                    plan.append(("floor", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))
                 plan.extend((f"litmus/{fmt}", f"legacy/{order}", b, c) for fmt in args.formats)
@@ -395,7 +403,7 @@ def _drive(args: argparse.Namespace) -> int:
                         failures.append(f"{impl} {workload} {size}: {r['counts']} != {want}")
             for (impl, _), rs in runs.items():
                 summaries.append(_summarize(rs, size, size))
-                if size == base and size != pairs and impl in ("reference", "columnar"):
+                if size == base and size != pairs and impl in ("reference", "floor", "columnar"):
                     summaries.append(_summarize(rs, size, pairs))  # scaled to --pairs
             for order in args.orders:
                 ref = runs[("reference", f"legacy/{order}")] if size == base else []

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 # ---------------------------------------------------------------- the reference, verbatim
 
 
@@ -124,6 +126,60 @@ def reference_gate(baseline_path: str, candidate_path: str) -> Measured:
         counts[outcome] = counts.get(outcome, 0) + 1
     seconds = time.perf_counter() - t0
     return counts, t_decode, seconds, (baseline, candidate, by_run, candidates, outcomes)
+
+
+# ---------------------------------------------------------------- the floor
+
+
+class _FloorLine(msgspec.Struct, gc=False):
+    run_id: str
+    safe: bool
+    provenance: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+def _file_blocks(path: str, size: int = 1 << 20) -> Iterator[bytes]:
+    """The file in blocks of whole lines."""
+    with open(path, "rb") as f:
+        rest = b""
+        while chunk := f.read(size):
+            chunk = rest + chunk
+            cut = chunk.rfind(b"\n") + 1
+            rest = chunk[cut:]
+            if cut:
+                yield chunk[:cut]
+        if rest:
+            yield rest
+
+
+def floor_gate(baseline_path: str, candidate_path: str) -> Measured:
+    """The least a pure-Python gate over these files does: the design the issue names
+    (provenance kept as ``msgspec.Raw``, the candidate streamed a block at a time and
+    popped from a dict of the baseline), counting this library's outcome classes.
+
+    It checks nothing a user needs checked (no duplicate keys, no unknown or missing
+    provenance, no epochs, no exclusions) and writes no report: what it takes is the floor
+    under any gate written in Python with msgspec, not a gate.
+    """
+    decoder = msgspec.json.Decoder(_FloorLine)
+    t0 = time.perf_counter()
+    held: dict[str, _FloorLine] = {}
+    for block in _file_blocks(baseline_path):
+        held.update((v.run_id, v) for v in decoder.decode_lines(block))
+    counts = dict.fromkeys(("PASS", "REGRESSION", "IMPROVEMENT", "NEEDS_REBASELINE"), 0)
+    take = held.pop
+    for block in _file_blocks(candidate_path):
+        for c in decoder.decode_lines(block):
+            b = take(c.run_id, None)
+            if b is None or b.provenance != c.provenance:
+                counts["NEEDS_REBASELINE"] += 1
+            elif b.safe is c.safe:
+                counts["PASS"] += 1
+            else:
+                counts["REGRESSION" if b.safe else "IMPROVEMENT"] += 1
+    if held:
+        counts["NEEDS_RERUN"] = len(held)
+    seconds = time.perf_counter() - t0
+    return {k: n for k, n in counts.items() if n}, 0.0, seconds, held
 
 
 # ---------------------------------------------------------------- legacy workload
