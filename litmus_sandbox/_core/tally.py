@@ -43,7 +43,13 @@ from litmus_sandbox._core.summary import (
     Statistics,
     mcnemar_exact_p,
 )
-from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict, Verdict
+from litmus_sandbox._model.records import (
+    NO_UNKNOWN_KEYS,
+    AnyVerdict,
+    LegacyProvenance,
+    LegacyVerdict,
+    Verdict,
+)
 
 #: One side of a case: its verdict, its epochs' verdicts, or None (no verdict).
 Side = AnyVerdict | list[AnyVerdict] | None
@@ -203,15 +209,17 @@ class CaseDecider:
     ) -> int:
         """Decide a chunk case by case; returns how many plain passes were only counted.
 
-        One pass reads each verdict once: the candidate's come in the baseline's order,
-        out of their own, so every further pass over them would miss the cache again
-        (passes a column at a time measured slower than this loop).
+        One pass reads each verdict once: one side's verdicts come out of their own order
+        (the candidate's in the baseline's, or the other way round in the probe), so every
+        further pass over them would miss the cache again (passes a column at a time
+        measured slower than this loop).
         """
         add = out.append
         passes = 0
         plain = self._plain
         exclusions = self._exclusions
         legacy = LegacyVerdict
+        no_keys = NO_UNKNOWN_KEYS
         decided = self._decided
         for key, b, c in zip(keys, bs, cs, strict=True):
             # Exact types only (a subclass takes the general path). Equal provenance structs
@@ -220,9 +228,13 @@ class CaseDecider:
                 bp = b.provenance
                 if (
                     bp == c.provenance
-                    and _known(bp)
-                    and not b.unknown_provenance
-                    and not c.unknown_provenance
+                    # What the reference's rule compares is known: then equal provenance compares.
+                    and bp.judge_version is not None
+                    and bp.steps_covered is not None
+                    and bp.truncate_on_refusal is not None
+                    and bp.truncate_on_empty_tool_result is not None
+                    and (b.unknown_provenance is no_keys or not b.unknown_provenance)
+                    and (c.unknown_provenance is no_keys or not c.unknown_provenance)
                     and key not in exclusions
                 ):
                     if b.safe is c.safe:
@@ -290,16 +302,6 @@ def _kind(reasons: tuple[Reason, ...]) -> _Kind:
         frozenset(map(_code, reasons)),
         tuple(sorted({x.code for x in settling})),
         frozenset(x.remedy for x in settling if x.remedy is not None),
-    )
-
-
-def _known(p: LegacyProvenance) -> bool:
-    """What the reference's rule compares is known (then equal provenance compares)."""
-    return (
-        p.judge_version is not None
-        and p.truncate_on_refusal is not None
-        and p.truncate_on_empty_tool_result is not None
-        and p.steps_covered is not None
     )
 
 
