@@ -33,9 +33,13 @@ _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder()
 
 
+#: What JSON-RPC allows as an id (a tuple: ``str | int | float`` would be built per call).
+_ID_TYPES = (str, int, float)
+
+
 def valid_id(request_id: Any) -> bool:
     """Whether JSON-RPC allows ``request_id`` on a request (a string or a number)."""
-    return isinstance(request_id, str | int | float) and not isinstance(request_id, bool)
+    return isinstance(request_id, _ID_TYPES) and not isinstance(request_id, bool)
 
 
 class Refusal(NamedTuple):
