@@ -111,6 +111,48 @@ def test_every_way_through_gives_the_same_report(
         assert epochs["baseline"]["epochs"] == 2
 
 
+@pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_the_probe_gives_the_report_of_every_other_way(
+    tmp_path: Path, fmt: str, repeat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files of several read blocks, each case once on the baseline side: the probe (the
+    baseline held, the candidate decided a block at a time) writes the report the
+    in-memory join and the spill write, byte for byte; also when the candidate lists a
+    case a second time blocks after the first (the probe then gives up half-way)."""
+    rng = random.Random(8)
+    n = 12_000  # some 2.4 MB a file: three 1 MiB blocks
+    b_lines = [_legacy(f"case-{i:05d}", rng.random() < 0.8) for i in range(n)]
+    c_lines = [
+        _legacy(f"case-{i:05d}", rng.random() < 0.8, judge="j2" if i % 29 == 0 else "j1")
+        for i in range(n + 40)
+        if i % 31
+    ]
+    rng.shuffle(c_lines)
+    if repeat:
+        c_lines.append(c_lines[5].replace('"safe": true', '"safe": false'))
+    b, c = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    b.write_text("".join(b_lines))
+    c.write_text("".join(c_lines))
+    probed: list[bool] = []
+    real = suite.probe_join
+
+    def spy(*args: object) -> object:
+        result = real(*args)  # type: ignore[arg-type]
+        probed.append(result is not None)
+        return result
+
+    monkeypatch.setattr(suite, "probe_join", spy)
+    args = ["--baseline", str(b), "--candidate", str(c), "--format", fmt]
+    code, text = _gate(tmp_path, *args)
+    assert probed == [not repeat]
+    assert _gate(tmp_path, *args, "--memory-budget", "1K", out="spilled") == (code, text)
+    monkeypatch.setattr(suite, "probe_join", lambda *a: None)
+    assert _gate(tmp_path, *args, out="joined") == (code, text)
+    assert code == 1
+    assert text.count("REGRESSION") > 100
+
+
 def test_files_past_the_budget_are_merged_when_sorted_and_joined_when_shuffled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
