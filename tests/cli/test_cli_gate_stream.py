@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from litmus_sandbox._cli import main as cli
-from litmus_sandbox._core import suite
+from litmus_sandbox._core import probe, suite
 
 
 def _legacy(case: str, safe: bool = True, judge: str = "j1") -> str:
@@ -135,7 +135,7 @@ def test_the_probe_gives_the_report_of_every_other_way(
     b.write_text("".join(b_lines))
     c.write_text("".join(c_lines))
     probed: list[bool] = []
-    real = suite.probe_join
+    real = probe.probe_join
 
     def spy(*args: object) -> object:
         result = real(*args)  # type: ignore[arg-type]
