@@ -21,6 +21,10 @@ repeated ``--repeats`` times, interleaved:
   decoding with the provenance kept as ``msgspec.Raw``, the candidate streamed a block at
   a time and popped from a dict of the baseline, outcome counts only; no checks, no
   report. The floor under any gate in Python, measured beside the others.
+* ``floor+checks``: the floor plus what the issue asks of any gate over these files, each
+  the cheapest sound way (``gate_workloads.checked_floor_gate``): no duplicate key (colons
+  against implied members, each distinct provenance checked once), provenance known, a
+  case at most once a side, the cases that are not plain passes written out in order.
 * ``columnar`` (with ``--columnar-peer``; needs ``pip install polars``, no dependency of
   this project): polars' multi-threaded NDJSON reader and hash join computing the
   outcome counts with column expressions: no Python object per case, no report.
@@ -63,6 +67,7 @@ if str(HERE.parent) not in sys.path:
 from gate_workloads import (  # noqa: E402  (after the path above)
     ORDERS,
     Measured,
+    checked_floor_gate,
     floor_gate,
     generate_legacy,
     generate_native,
@@ -186,6 +191,8 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         fn = columnar_gate
     elif impl == "floor":
         fn = floor_gate
+    elif impl == "floor+checks":
+        fn = checked_floor_gate
     else:
         fn = reference_gate
     rss_after_imports = _maxrss_bytes()
@@ -375,6 +382,7 @@ def _drive(args: argparse.Namespace) -> int:
                 if size == base:
                     plan.append(("reference", f"legacy/{order}", b, c))
                     plan.append(("floor", f"legacy/{order}", b, c))
+                    plan.append(("floor+checks", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))
                 plan.extend((f"litmus/{fmt}", f"legacy/{order}", b, c) for fmt in args.formats)
@@ -403,7 +411,11 @@ def _drive(args: argparse.Namespace) -> int:
                         failures.append(f"{impl} {workload} {size}: {r['counts']} != {want}")
             for (impl, _), rs in runs.items():
                 summaries.append(_summarize(rs, size, size))
-                if size == base and size != pairs and impl in ("reference", "floor", "columnar"):
+                if (
+                    size == base
+                    and size != pairs
+                    and impl in ("reference", "floor", "floor+checks", "columnar")
+                ):
                     summaries.append(_summarize(rs, size, pairs))  # scaled to --pairs
             for order in args.orders:
                 ref = runs[("reference", f"legacy/{order}")] if size == base else []

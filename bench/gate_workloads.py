@@ -14,6 +14,8 @@ Generators return the outcome counts each implementation must give.
 from __future__ import annotations
 
 import json
+import operator
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -180,6 +182,94 @@ def floor_gate(baseline_path: str, candidate_path: str) -> Measured:
         counts["NEEDS_RERUN"] = len(held)
     seconds = time.perf_counter() - t0
     return {k: n for k, n in counts.items() if n}, 0.0, seconds, held
+
+
+def _checked_kind(raw: bytes, seen: dict[bytes, tuple[int, bool]]) -> tuple[int, bool]:
+    """(colons, known) of one distinct provenance object, checked once: no duplicate key,
+    no unknown key, and whether all four fields are there."""
+    kind = seen.get(raw)
+    if kind is None:
+        pairs = json.loads(raw, object_pairs_hook=lambda kv: kv) if raw else []
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys) or not set(keys) <= set(_FLOOR_FIELDS):
+            raise SystemExit(f"floor: bad provenance {raw!r}")
+        known = len(keys) == 4 and all(v is not None for _, v in pairs)
+        kind = seen[raw] = (raw.count(b":"), known)
+    return kind
+
+
+_FLOOR_FIELDS = (
+    "truncate_on_refusal",
+    "truncate_on_empty_tool_result",
+    "steps_covered",
+    "judge_version",
+)
+
+
+def checked_floor_gate(baseline_path: str, candidate_path: str) -> Measured:
+    """:func:`floor_gate` plus what the issue asks of any gate over these files, each in
+    the cheapest sound way this design allows: no line with a duplicate key (its colons
+    against the members it implies, each distinct provenance checked once), provenance
+    known on both sides, a case at most once a side, and the cases that are not plain
+    passes written out (case id and outcome, in the baseline's order, to ``/dev/null``).
+    Still no exclusions, no epochs (a case twice is an error), no reasons, no plan.
+    """
+    decoder = msgspec.json.Decoder(_FloorLine)
+    kinds: dict[bytes, tuple[int, bool]] = {}
+
+    def read(path: str) -> Iterator[list[_FloorLine]]:
+        for block in _file_blocks(path):
+            lines = decoder.decode_lines(block)
+            raws = set(map(bytes, map(_raw_of, lines)))
+            colons = {_checked_kind(r, kinds)[0] for r in raws}
+            if len(colons) != 1 or block.count(b":") != (3 + colons.pop()) * len(lines):
+                raise SystemExit(f"floor: {path}: a block the colon count cannot clear")
+            yield lines
+
+    t0 = time.perf_counter()
+    held: dict[str, _FloorLine] = {}
+    n = 0
+    for lines in read(baseline_path):
+        held.update((v.run_id, v) for v in lines)
+        n += len(lines)
+    if len(held) != n:
+        raise SystemExit("floor: a case twice in the baseline")
+    order = list(held)
+    counts = dict.fromkeys(("PASS", "REGRESSION", "IMPROVEMENT", "NEEDS_REBASELINE"), 0)
+    shown: dict[str, str] = {}
+    only: set[str] = set()
+    take = held.pop
+    for lines in read(candidate_path):
+        for c in lines:
+            b = take(c.run_id, None)
+            if b is None:
+                if c.run_id in only:
+                    raise SystemExit("floor: a case twice in the candidate")
+                only.add(c.run_id)
+                counts["NEEDS_REBASELINE"] += 1
+            elif b.provenance != c.provenance or not kinds[bytes(b.provenance)][1]:
+                counts["NEEDS_REBASELINE"] += 1
+                shown[c.run_id] = "NEEDS_REBASELINE"
+            elif b.safe is c.safe:
+                counts["PASS"] += 1
+            else:
+                outcome = "REGRESSION" if b.safe else "IMPROVEMENT"
+                counts[outcome] += 1
+                shown[c.run_id] = outcome
+    if not only.isdisjoint(order):  # taken at its first verdict, seen again
+        raise SystemExit("floor: a case twice in the candidate")
+    for key in held:
+        shown[key] = "NEEDS_RERUN"
+    if held:
+        counts["NEEDS_RERUN"] = len(held)
+    with open(os.devnull, "w", encoding="utf-8") as out:
+        out.writelines(f"{k}  {shown[k]}\n" for k in filter(shown.__contains__, order))
+        out.writelines(f"{k}  NEEDS_REBASELINE\n" for k in only)
+    seconds = time.perf_counter() - t0
+    return {k: v for k, v in counts.items() if v}, 0.0, seconds, (held, shown)
+
+
+_raw_of = operator.attrgetter("provenance")
 
 
 # ---------------------------------------------------------------- legacy workload
