@@ -1,6 +1,6 @@
 """Added latency of a ``tools/call`` through the MCP stdio proxy.
 
-    python bench/mcp_bench.py [--calls 400] [--server filesystem git]
+    python bench/mcp_bench.py [--calls 400] [--server filesystem git] [--baseline [NAME=]TREE ...]
 
 One official ``mcp`` client session talks to the real server directly, another to the
 same server behind ``litmus-sandbox proxy mcp`` as run without ``--root`` (recording
@@ -22,6 +22,11 @@ Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesyst
 tests/mcp_servers``) and ``git`` (mcp-server-git, ``git_status`` of a small repository,
 a few milliseconds: it runs git). The added time is what matters: it is about the same
 for both, so the ratio mostly says how fast the server is.
+
+With ``--baseline [NAME=]TREE``, the proxy of another source tree (a checkout of an
+earlier commit: its ``litmus_sandbox`` and its ``adapters``) joins the rotation as one
+more client, run like the proxy, so that before and after are measured in the same
+rounds (``baselines`` in the results).
 """
 
 from __future__ import annotations
@@ -70,7 +75,9 @@ def server_and_call(kind: str, work: Path) -> tuple[list[str], str, dict[str, An
     return [exe, "--repository", str(work)], "git_status", {"repo_path": str(work)}
 
 
-async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[str, Any]:
+async def measure(
+    kind: str, calls: int, work: Path, recordings: Path, baselines: list[tuple[str, str]]
+) -> dict[str, Any]:
     server, tool, args = server_and_call(kind, work)
     # Episodes go to a folder of their own: the watched root's parent is a tripwire, and
     # a recording written there would be seen by the oracle as effects.
@@ -87,25 +94,41 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
     oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
     floor_params = StdioServerParameters(command=floor[0], args=floor[1:], cwd=work)
     recorder_params = StdioServerParameters(command=recorder[0], args=recorder[1:], cwd=work)
+    baseline_params = [
+        StdioServerParameters(
+            command=sys.executable,
+            args=[
+                __file__,
+                "--proxy-from",
+                tree,
+                "proxy",
+                "mcp",
+                "--episodes",
+                str(recordings / f"baseline{i}.episodes.jsonl"),
+                "--",
+                *server,
+            ],
+            cwd=work,
+        )
+        for i, (_, tree) in enumerate(baselines)
+    ]
+    baseline_s: list[list[float]] = [[] for _ in baselines]
     direct_s: list[float] = []
     proxied_s: list[float] = []
     oracle_s: list[float] = []
     floor_s: list[float] = []
     minimal_s: list[float] = []
-    async with (
-        Client(direct_params, cache=None) as direct,
-        Client(relay_params, cache=None) as proxied,
-        Client(oracle_params, cache=None) as watching,
-        Client(floor_params, cache=None) as copying,
-        Client(recorder_params, cache=None) as recording,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        open_ = stack.enter_async_context
         clients = [
-            (direct, direct_s),
-            (proxied, proxied_s),
-            (watching, oracle_s),
-            (copying, floor_s),
-            (recording, minimal_s),
+            (await open_(Client(direct_params, cache=None)), direct_s),
+            (await open_(Client(relay_params, cache=None)), proxied_s),
+            (await open_(Client(oracle_params, cache=None)), oracle_s),
+            (await open_(Client(floor_params, cache=None)), floor_s),
+            (await open_(Client(recorder_params, cache=None)), minimal_s),
         ]
+        for params, out in zip(baseline_params, baseline_s, strict=True):
+            clients.append((await open_(Client(params, cache=None)), out))
         for _ in range(max(20, calls // 10)):  # warm up every path
             for client, _out in clients:
                 await client.call_tool(tool, args)
@@ -137,6 +160,13 @@ async def measure(kind: str, calls: int, work: Path, recordings: Path) -> dict[s
         "recording_relay_added_median_ms": (m - d) * 1e3,
         "recording_relay_ratio": m / d,
         "recorded_steps_bytes": episodes.stat().st_size,
+        "baselines": {
+            name or f"baseline{i or ''}": {
+                "added_median_ms": (statistics.median(times) - d) * 1e3,
+                "ratio": statistics.median(times) / d,
+            }
+            for i, ((name, _), times) in enumerate(zip(baselines, baseline_s, strict=True))
+        },
     }
 
 
@@ -318,9 +348,39 @@ def recording_relay(record_to: str, server_cmd: list[str]) -> None:
     server.wait()
 
 
+def proxy_from(tree: str, argv: list[str]) -> None:
+    """Run the command line of another source tree: its ``litmus_sandbox`` first on the
+    path, and its ``adapters`` as ``litmus_sandbox.adapters`` (which an editable install
+    of this tree would otherwise map to this tree's own)."""
+    import importlib.util
+    import runpy
+
+    sys.path.insert(0, tree)
+    adapters = os.path.join(tree, "adapters")
+    spec = importlib.util.spec_from_file_location(
+        "litmus_sandbox.adapters",
+        os.path.join(adapters, "__init__.py"),
+        submodule_search_locations=[adapters],
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    import litmus_sandbox
+
+    if not str(litmus_sandbox.__file__).startswith(tree):
+        sys.exit(f"mcp_bench: {tree} holds no litmus_sandbox")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    sys.argv = ["litmus-sandbox", *argv]
+    runpy.run_module("litmus_sandbox._cli.main", run_name="__main__")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--recording-relay"]:
         recording_relay(sys.argv[2], sys.argv[4:])
+        return
+    if sys.argv[1:2] == ["--proxy-from"]:
+        proxy_from(sys.argv[2], sys.argv[3:])
         return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=400)
@@ -333,8 +393,19 @@ def main() -> None:
         default="stdio",
         help="http: server-everything over streamable HTTP (results in mcp_http.json)",
     )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="[NAME=]TREE",
+        help="also time the stdio proxy of another source tree, in the same rotation",
+    )
     opts = parser.parse_args()
     results = []
+    baselines = [
+        (name, os.path.abspath(tree))
+        for name, _, tree in (given.rpartition("=") for given in opts.baseline)
+    ]
     if opts.transport == "http":
         with tempfile.TemporaryDirectory() as rec:
             figures = anyio.run(measure_http, opts.calls, Path(rec))
@@ -349,9 +420,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as rec:
             work = Path(tmp) / "work"
             work.mkdir()
-            figures = anyio.run(measure, kind, opts.calls, work, Path(rec))
+            figures = anyio.run(measure, kind, opts.calls, work, Path(rec), baselines)
         results.append(figures)
         for key, value in figures.items():
+            if key == "baselines":
+                for name, got in value.items():
+                    for k, v in got.items():
+                        print(f"{name + ' ' + k:>32}: {v:.3f}")
+                continue
             print(f"{key:>32}: {value:.3f}" if isinstance(value, float) else f"{key:>32}: {value}")
     out = ROOT / "bench" / "results" / "mcp.json"
     out.parent.mkdir(parents=True, exist_ok=True)
