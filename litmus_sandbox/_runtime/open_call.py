@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from litmus_sandbox._model.records import ToolCallStep
+from litmus_sandbox._model.records import Shown, ToolCallStep
 from litmus_sandbox._runtime.steps import CallSteps
 from litmus_sandbox._runtime.tool_calls import (
     CallOutcome,
@@ -57,6 +57,9 @@ class OpenCall:
 
     def done(self, value: Any, finalize: Finalize | None = None) -> ToolCallStep:
         """The call returned ``value`` (a :class:`Shown`, or any value to convert)."""
+        if type(value) is Shown:  # a relay's answer, shown as it is (``real_parts``)
+            self._claim()
+            return self._record(self._call.step("real", value, None, {}), finalize)
         return self._finish(CallOutcome(kind="returned", value=value), finalize)
 
     def failed(self, exc: BaseException, finalize: Finalize | None = None) -> ToolCallStep:
