@@ -3,18 +3,23 @@
 Theory of operation
 -------------------
 When the baseline fits in memory and lists each case once, the candidate need not be held
-to be lined up with it: each candidate block, as it is read, looks its cases up in a dict
-of the baseline's case ids (their places in gate order) and is decided at once, while its
-verdicts are still in the cache. The candidate's verdicts come in their own order, not
-the gate's, so the results the sink wants (every case but the plain passes, which are
-only counted) are held with the baseline's place of each case, sorted into gate order
-once the candidate is read, and then noted in the tally (the re-baseline plan lists its
-cases in gate order) and handed on.
+to be lined up with it: each candidate block, as it is read, takes its cases' baseline
+verdicts out of a dict by case id and is decided at once, while its verdicts are still
+in the cache. The candidate's verdicts come in their own order, not the gate's, so the
+results the sink wants (every case but the plain passes, which are only counted) are
+held, put in gate order once the candidate is read (a walk over the baseline's case
+ids), then noted in the tally (the re-baseline plan lists its cases in gate order) and
+handed on. What is left in the dict is the cases only the baseline has, in its order.
+
+While the candidate lists the baseline's cases in the baseline's order (a harness that
+runs them one at a time), a block lines up with the next slice of the baseline as it is:
+no dict, no sort. The first block that does not puts the rest of the baseline in the dict.
 
 The probe gives up, and the gate takes the general join instead, whenever the shortcut
 would not be exact or not fit:
 
-* the baseline lists a case more than once (epochs): checked before the candidate is read;
+* the baseline lists a case more than once (epochs): checked at the candidate's first
+  block;
 * the candidate lists a case more than once: the probe would have decided it from its
   first verdict alone;
 * what it holds (the baseline, the candidate's verdicts read so far, the results) passes
@@ -89,17 +94,32 @@ def probe_join(
     """
     baseline = reading.sides[0]
     b_keys = keys_of(baseline)
-    held_b = dict(zip(b_keys, baseline, strict=True))
-    if len(held_b) != len(b_keys):
-        return None  # epochs on the baseline side
+    # While the candidate lists the baseline's cases in its order, each block lines up
+    # with the next slice of the baseline as it is: no dict, and its results come in
+    # gate order. The first block that does not turns the rest into the probe proper.
+    at = 0  # the baseline's cases before this one are decided (in order, in ``prefix``)
+    prefix: list[CaseResult] = []
+    held_b: dict[str, AnyVerdict] | None = None
     only: dict[str, None] = {}  # the cases only the candidate has, in its order
     held: list[CaseResult] = []
-    take = held_b.pop
     for block in candidate:
         reading.add(1, block)
         keys = keys_of(block)
+        if held_b is None:
+            end = at + len(keys)
+            if b_keys[at:end] == keys:
+                if at == 0 and not _each_once(b_keys):
+                    return None  # epochs on the baseline side
+                prefix.extend(decider.decide(keys, baseline[at:end], block, note=False))
+                at = end
+                if reading.over(_RESULT_WEIGHT * len(prefix)):
+                    return None
+                continue
+            held_b = dict(zip(b_keys[at:], baseline[at:], strict=True))
+            if len(held_b) != len(b_keys) - at:
+                return None  # epochs on the baseline side
         before = len(held_b)
-        bs: list[Side] = list(map(take, keys, repeat(None)))
+        bs: list[Side] = list(map(held_b.pop, keys, repeat(None)))
         if before - len(held_b) < len(keys):  # some are not (or no longer) in the baseline
             for key, b in zip(keys, bs, strict=True):
                 if b is None:
@@ -107,18 +127,27 @@ def probe_join(
                         return None  # the candidate lists a case twice
                     only[key] = None
         held.extend(decider.decide(keys, bs, block, note=False))
-        if reading.over(_RESULT_WEIGHT * len(held)):
+        if reading.over(_RESULT_WEIGHT * (len(prefix) + len(held))):
             return None
     # A case listed twice by the candidate was taken at its first verdict: at its
     # second it looked like one the baseline does not have.
     if only and not only.keys().isdisjoint(b_keys):
         return None
+    rest_keys = b_keys[at:]
+    if held_b is None:  # all in the baseline's order: what is left only it has
+        if at == 0 and not _each_once(b_keys):
+            return None  # epochs on the baseline side (checked above unless no block)
+        held_b = dict(zip(rest_keys, baseline[at:], strict=True))
     if held_b:  # the cases only the baseline has, in its order
         rest = list(held_b)
         held.extend(decider.decide(rest, list(held_b.values()), [None] * len(rest), note=False))
-    held = _in_gate_order(held, b_keys, only)
-    decider.tally.note(held)
-    return _chunks(held)
+    results = prefix + _in_gate_order(held, rest_keys, only)
+    decider.tally.note(results)
+    return _chunks(results)
+
+
+def _each_once(keys: list[str]) -> bool:
+    return len(set(keys)) == len(keys)
 
 
 def _in_gate_order(
