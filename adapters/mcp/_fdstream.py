@@ -18,7 +18,6 @@ in order (bounded as a receiver's are) until it is done.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import stat
 from collections import deque
@@ -31,13 +30,17 @@ import anyio.to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ._lines import CHUNK as _CHUNK
-from ._lines import LineSplitter, LineTooLong, iter_lines
+from ._lines import Later, LineSplitter, LineTooLong, OnLine, feed_lines, iter_lines
 
-__all__ = ["FdReceiveStream", "FdSendStream", "LineTooLong", "feed_lines", "iter_lines", "on_stdio"]
-
-#: A line handler's answer: None (done), or what the pump must await before the next line.
-Later = Coroutine[Any, Any, None] | None
-OnLine = Callable[[bytes | LineTooLong], Later]
+__all__ = [
+    "FdReceiveStream",
+    "FdSendStream",
+    "Later",
+    "LineTooLong",
+    "feed_lines",
+    "iter_lines",
+    "on_stdio",
+]
 
 
 def _pollable(fd: int) -> bool:
@@ -273,7 +276,7 @@ class FdReceiveStream(_Fd, ByteReceiveStream):
             return data
 
     def pump_reader(self) -> _LoopReader | None:
-        """The loop reader :func:`feed_lines` may drive (None: read it the plain way)."""
+        """The loop reader ``feed_lines`` may drive (None: read it the plain way)."""
         if self._closed or not self._poll or self._carried:
             return None
         return self._loop_reader()
@@ -385,33 +388,6 @@ class FdSendStream(_Fd, ByteSendStream):
             return 0
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise anyio.BrokenResourceError from exc
-
-
-async def feed_lines(
-    stream: ByteReceiveStream,
-    max_bytes: int,
-    on_line: OnLine,
-    until: Callable[[], bool] | None = None,
-) -> None:
-    """Hand each line of ``stream`` to ``on_line`` (lines as :func:`iter_lines` gives
-    them), awaiting what it returns before the next line, until the stream ends or
-    ``until()`` is true after a line. On asyncio, from the loop's read callback."""
-    reader = stream.pump_reader() if isinstance(stream, FdReceiveStream) else None
-    if reader is None:
-        async with contextlib.aclosing(iter_lines(stream, max_bytes)) as lines:
-            async for line in lines:
-                later = on_line(line)
-                if later is not None:
-                    await later
-                if until is not None and until():
-                    return
-        return
-    splitter = LineSplitter(max_bytes)
-    await reader.pump(splitter, on_line, until)
-    if (until is None or not until()) and (rest := splitter.rest()):
-        later = on_line(rest)  # a last line without its newline
-        if later is not None:
-            await later
 
 
 async def on_stdio(run: Callable[[ByteReceiveStream, ByteSendStream], Awaitable[int]]) -> int:

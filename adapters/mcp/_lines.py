@@ -4,14 +4,16 @@
 whole lines in them, exactly as received. A line longer than its bound is never held
 whole: a :class:`LineTooLong` stands for it as soon as it is known to be too long, and
 the rest of it is dropped as it comes, up to its newline, so memory stays bounded
-whatever the peer sends. :func:`iter_lines` runs it over an anyio byte stream; the stdio
-proxy feeds it from the event loop's read callback instead (``_fdstream.feed_lines``).
+whatever the peer sends. :func:`iter_lines` runs it over an anyio byte stream;
+:func:`feed_lines` hands the lines to a synchronous handler, from the event loop's read
+callback itself when the stream offers one (``_fdstream``'s loop reader on asyncio).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import overload
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from typing import Any, overload
 
 import anyio
 from anyio.abc import ByteReceiveStream
@@ -113,3 +115,37 @@ async def iter_lines(
             yield line
     if rest := splitter.rest():
         yield rest
+
+
+#: A line handler's answer: None (done), or what the pump must await before the next line.
+Later = Coroutine[Any, Any, None] | None
+OnLine = Callable[[bytes | LineTooLong], Later]
+
+
+async def feed_lines(
+    stream: ByteReceiveStream,
+    max_bytes: int,
+    on_line: OnLine,
+    until: Callable[[], bool] | None = None,
+) -> None:
+    """Hand each line of ``stream`` to ``on_line`` (lines as :func:`iter_lines` gives
+    them), awaiting what it returns before the next line, until the stream ends or
+    ``until()`` is true after a line. From the loop's read callback when the stream has a
+    reader that pumps (``pump_reader``: an ``FdReceiveStream`` on asyncio)."""
+    pump_reader = getattr(stream, "pump_reader", None)
+    reader = pump_reader() if pump_reader is not None else None
+    if reader is None:
+        async with contextlib.aclosing(iter_lines(stream, max_bytes)) as lines:
+            async for line in lines:
+                later = on_line(line)
+                if later is not None:
+                    await later
+                if until is not None and until():
+                    return
+        return
+    splitter = LineSplitter(max_bytes)
+    await reader.pump(splitter, on_line, until)
+    if (until is None or not until()) and (rest := splitter.rest()):
+        later = on_line(rest)  # a last line without its newline
+        if later is not None:
+            await later
