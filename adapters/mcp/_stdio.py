@@ -6,11 +6,12 @@ Every decision is the relay core's (``_relay/``: one ``Relay`` per session, fed 
 the clock, returning actions); the session is its driver. Two pumps run in one task
 group: the client pump feeds the core each line the client writes, the server pump each
 line the server writes, and the session performs what the core returns. On asyncio a
-pump hands each line over from the event loop's read callback (``_fdstream.feed_lines``)
-and the session performs what needs no waiting there and then (``perform_now``): a
-plain real call's request, and its answer, are each read, decided, recorded and relayed
-in one callback, with no task woken; the pump's task awaits only what must wait (a call
-that opens the episode or runs in a task, a pipe that is full). Everything
+pump hands each line over from the event loop's read callback (``_lines.feed_lines``
+over ``_fdstream``'s loop reader) and the session performs what needs no waiting there
+and then (``perform_now``): a plain real call's request, and its answer, are each read,
+decided, recorded and relayed in one callback, with no task woken; the pump's task
+awaits only what must wait (a call that opens the episode or runs in a task, a pipe that
+is full). Everything
 passes through byte for byte (both handshake eras, notifications, progress, ping,
 resources, prompts, server-to-client requests and their answers) except ``tools/call``:
 
