@@ -119,6 +119,10 @@ def open_input(path: str | os.PathLike[str], *, allow_stdin: bool = False) -> Bi
     try:
         fd = os.open(p, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
+        if p == "-" and exc.errno == errno.ENOENT:
+            raise RecordDecodeError(
+                p, None, "this input cannot be read from standard input: give a file"
+            ) from None
         try:
             mode = os.stat(p).st_mode
         except OSError:

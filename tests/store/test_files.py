@@ -70,11 +70,17 @@ def test_a_missing_file_still_says_it_cannot_be_opened(tmp_path: Path) -> None:
         open_input(tmp_path / "nope.jsonl")
 
 
-def test_standard_input_only_where_a_reader_asks_for_it(tmp_path: Path) -> None:
-    with pytest.raises(RecordDecodeError, match="cannot open"):
-        open_input("-")  # a file named "-", absent
+def test_standard_input_only_where_a_reader_asks_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecordDecodeError, match="cannot be read from standard input"):
+        open_input("-")  # no file named "-" either
     with open_input("-", allow_stdin=True) as f:
         assert f.fileno() != 0  # a duplicate: closing it leaves stdin open
+    (tmp_path / "-").write_bytes(b"a file named -\n")
+    with open_input("-") as f:
+        assert f.read() == b"a file named -\n"
 
 
 def test_a_line_over_the_cap_names_its_line_in_every_line_reader(tmp_path: Path) -> None:
