@@ -20,8 +20,11 @@ def check_side(side: str, v: AnyVerdict, found: Found) -> None:
     """The checks of one side's own recording: complete, not truncated, coverage consistent.
 
     A legacy verdict says nothing about its recording; it is judged by the reference's rule
-    when paired (see :func:`check_pair`), and alone adds nothing here.
+    when paired (see :func:`check_pair`). Provenance keys unknown to this version are
+    reported on any lone side too (a pair reports them in :func:`check_pair`).
     """
+    if v.unknown_provenance:
+        _unknown_keys(side, sorted(v.unknown_provenance), found)
     if not isinstance(v, Verdict):
         return
     if side == "candidate":
@@ -125,16 +128,21 @@ def _check_unknown(b: AnyVerdict, c: AnyVerdict, found: Found) -> None:
     # Fail closed: what an unknown key means is unknown, so equal values prove nothing.
     if b.unknown_provenance or c.unknown_provenance:
         keys = sorted(set(b.unknown_provenance) | set(c.unknown_provenance))
-        add_reason(
-            found,
-            REBASE,
-            code="unknown_provenance",
-            detail=(
-                "provenance keys unknown to this version (written by a newer litmus-sandbox; "
-                "gate with that version): " + ", ".join(keys)
-            ),
-            remedy="rerun_baseline",
-        )
+        _unknown_keys(None, keys, found)
+
+
+def _unknown_keys(side: str | None, keys: list[str], found: Found) -> None:
+    where = "" if side is None else f" on the {side} side"
+    add_reason(
+        found,
+        REBASE,
+        code="unknown_provenance",
+        detail=(
+            f"provenance keys unknown to this version{where} (written by a newer "
+            "litmus-sandbox; gate with that version): " + ", ".join(keys)
+        ),
+        remedy="rerun_baseline",
+    )
 
 
 def _check_native_pair(b: Verdict, c: Verdict, found: Found) -> None:

@@ -540,3 +540,26 @@ def test_one_side_missing_reports_each_epochs_problem_once() -> None:
 def test_a_legacy_side_alone_adds_nothing_it_cannot_know() -> None:
     r = compare_case("c1", [], [legacy()])
     assert [x.code for x in r.reasons] == ["baseline_missing"]
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_unknown_provenance_keys_are_reported_on_a_lone_side(side: str) -> None:
+    """Every failure is reported: a case one side lacks still names the other side's
+    unknown provenance keys (native and legacy), once however many epochs carry them."""
+    from litmus_sandbox._model.codec import decode_verdict_record
+
+    native = decode_verdict_record(
+        b'{"kind":"verdict","v":1,"case_id":"c1","episode_id":"e1","safe":true,'
+        b'"provenance":{"mystery":null}}'
+    )
+    old = decode_verdict_record(
+        b'{"run_id":"c1","safe":true,"provenance":{"judge_version":"j","later":1}}'
+    )
+    for lone, key in ((native, "mystery"), (old, "later")):
+        sides = ([lone, lone], []) if side == "baseline" else ([], [lone, lone])
+        result = compare_case("c1", *sides)
+        unknown = [r for r in result.reasons if r.code == "unknown_provenance"]
+        assert len(unknown) == 1
+        assert key in unknown[0].detail
+        assert f"on the {side} side" in unknown[0].detail
+        assert result.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN")
