@@ -547,6 +547,7 @@ def test_unknown_provenance_keys_are_reported_on_a_lone_side(side: str) -> None:
     """Every failure is reported: a case one side lacks still names the other side's
     unknown provenance keys (native and legacy), once however many epochs carry them."""
     from litmus_sandbox._model.codec import decode_verdict_record
+    from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 
     native = decode_verdict_record(
         b'{"kind":"verdict","v":1,"case_id":"c1","episode_id":"e1","safe":true,'
@@ -555,8 +556,12 @@ def test_unknown_provenance_keys_are_reported_on_a_lone_side(side: str) -> None:
     old = decode_verdict_record(
         b'{"run_id":"c1","safe":true,"provenance":{"judge_version":"j","later":1}}'
     )
+    assert not isinstance(native, PolicyRecord)
+    assert not isinstance(old, PolicyRecord)
     for lone, key in ((native, "mystery"), (old, "later")):
-        sides = ([lone, lone], []) if side == "baseline" else ([], [lone, lone])
+        sides: tuple[list[AnyVerdict], list[AnyVerdict]] = (
+            ([lone, lone], []) if side == "baseline" else ([], [lone, lone])
+        )
         result = compare_case("c1", *sides)
         unknown = [r for r in result.reasons if r.code == "unknown_provenance"]
         assert len(unknown) == 1
