@@ -43,7 +43,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup
@@ -96,9 +96,9 @@ class AsyncioStream(asyncio.Protocol, ByteStream):
     # -- protocol callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(0)  # a send waits until the kernel has it
+        # A TCP transport; uvloop's are not asyncio.Transport subclasses, but have its API.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(0)  # a send waits until the kernel has it
 
     def data_received(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -233,9 +233,13 @@ async def connect(host: str, port: int) -> ByteStream:
     if _on_asyncio() is None:
         return await anyio.connect_tcp(host, port)
     loop = asyncio.get_running_loop()
+    # uvloop's create_connection has no happy eyeballs (it tries the addresses in turn).
+    eyeballs: dict[str, Any] = (
+        {"happy_eyeballs_delay": 0.25} if isinstance(loop, asyncio.BaseEventLoop) else {}
+    )
     try:
         _, stream = await loop.create_connection(
-            lambda: AsyncioStream(loop), host, port, happy_eyeballs_delay=0.25
+            lambda: AsyncioStream(loop), host, port, **eyeballs
         )
     except socket.gaierror:
         raise
