@@ -11,11 +11,14 @@ runs in a task, between the probes), a fourth behind ``bench/byte_relay.py``, wh
 copies bytes and parses nothing (what the two extra process hops alone cost), and a
 fifth behind the minimal recording relay written here (``--recording-relay``: it parses
 each line, and appends a record of each answered ``tools/call`` before it relays the
-answer): the floor for a relay that records. Calls rotate between them (interleaved, so
+answer): the floor for a relay that records. The proxy runs on its default loop
+(``--loop auto``: uvloop when installed); the same proxy on the standard library's loop
+(``--loop asyncio``) and the recording relay on uvloop join the rotation too, so that
+each loop is compared like with like. Calls rotate between them (interleaved, so
 machine noise hits all alike) after a warm-up. Reports the median call time of each,
 the median time added, and the ratio to direct, for the proxy (the goal: at most
 0.2 ms added, and a ratio of at most 1.15 on the filesystem server), with the
-filesystem oracle, and for the two floors. Written to bench/results/mcp.json.
+filesystem oracle, and for the floors. Written to bench/results/mcp.json.
 
 Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesystem,
 ``read_text_file`` of a small file, a sub-millisecond call; needs ``npm ci --prefix
@@ -85,15 +88,24 @@ async def measure(
     watched = recordings / "bench.watched.jsonl"
     proxy = [sys.executable, "-m", "litmus_sandbox._cli.main", "proxy", "mcp"]
     relay = [*proxy, "--episodes", str(episodes), "--", *server]  # run in work (cwd)
+    on_asyncio = recordings / "bench.asyncio.episodes.jsonl"
+    stdlib = [*proxy, "--loop", "asyncio", "--episodes", str(on_asyncio), "--", *server]
     oracle = [*proxy, "--episodes", str(watched), "--root", str(work), "--", *server]
     floor = [sys.executable, str(ROOT / "bench" / "byte_relay.py"), *server]
     minimal = recordings / "bench.minimal.jsonl"
     recorder = [sys.executable, __file__, "--recording-relay", str(minimal), "--", *server]
+    minimal_uv = recordings / "bench.minimal-uvloop.jsonl"
+    recorder_uv = [sys.executable, __file__, "--recording-relay-uvloop", str(minimal_uv), "--"]
+    recorder_uv += server
     direct_params = StdioServerParameters(command=server[0], args=server[1:], cwd=work)
     relay_params = StdioServerParameters(command=relay[0], args=relay[1:], cwd=work)
     oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
     floor_params = StdioServerParameters(command=floor[0], args=floor[1:], cwd=work)
     recorder_params = StdioServerParameters(command=recorder[0], args=recorder[1:], cwd=work)
+    stdlib_params = StdioServerParameters(command=stdlib[0], args=stdlib[1:], cwd=work)
+    recorder_uv_params = StdioServerParameters(
+        command=recorder_uv[0], args=recorder_uv[1:], cwd=work
+    )
     baseline_params = [
         StdioServerParameters(
             command=sys.executable,
@@ -118,6 +130,8 @@ async def measure(
     oracle_s: list[float] = []
     floor_s: list[float] = []
     minimal_s: list[float] = []
+    stdlib_s: list[float] = []
+    minimal_uv_s: list[float] = []
     async with contextlib.AsyncExitStack() as stack:
         open_ = stack.enter_async_context
         clients = [
@@ -126,6 +140,8 @@ async def measure(
             (await open_(Client(oracle_params, cache=None)), oracle_s),
             (await open_(Client(floor_params, cache=None)), floor_s),
             (await open_(Client(recorder_params, cache=None)), minimal_s),
+            (await open_(Client(stdlib_params, cache=None)), stdlib_s),
+            (await open_(Client(recorder_uv_params, cache=None)), minimal_uv_s),
         ]
         for params, out in zip(baseline_params, baseline_s, strict=True):
             clients.append((await open_(Client(params, cache=None)), out))
@@ -142,6 +158,7 @@ async def measure(
     d, p = statistics.median(direct_s), statistics.median(proxied_s)
     o, f = statistics.median(oracle_s), statistics.median(floor_s)
     m = statistics.median(minimal_s)
+    a, mu = statistics.median(stdlib_s), statistics.median(minimal_uv_s)
     return {
         "server": kind,
         "tool": tool,
@@ -159,6 +176,10 @@ async def measure(
         "byte_relay_ratio": f / d,
         "recording_relay_added_median_ms": (m - d) * 1e3,
         "recording_relay_ratio": m / d,
+        "asyncio_loop_added_median_ms": (a - d) * 1e3,
+        "asyncio_loop_ratio": a / d,
+        "recording_relay_uvloop_added_median_ms": (mu - d) * 1e3,
+        "recording_relay_uvloop_ratio": mu / d,
         "recorded_steps_bytes": episodes.stat().st_size,
         "baselines": {
             name or f"baseline{i or ''}": {
@@ -272,10 +293,11 @@ async def _rotate(calls: int, *urls: str, cpu_of: tuple[int, ...] = ()) -> tuple
     return (*(statistics.median(t) for t in times), *cpu)
 
 
-def recording_relay(record_to: str, server_cmd: list[str]) -> None:
+def recording_relay(record_to: str, server_cmd: list[str], *, uvloop: bool = False) -> None:
     """The floor of a relay that records: asyncio reader callbacks, one parse per line,
     and for each answered ``tools/call`` one record appended (written, not fsynced)
-    before the answer is relayed. Nothing else: no policy, no probes, no timeouts."""
+    before the answer is relayed. Nothing else: no policy, no probes, no timeouts.
+    ``uvloop``: the same on uvloop's event loop (the proxy's, when installed)."""
     import asyncio
     import os
 
@@ -343,7 +365,12 @@ def recording_relay(record_to: str, server_cmd: list[str]) -> None:
         loop.add_reader(from_server, pump(loop, from_server, 1, from_server_line, done))
         await done
 
-    asyncio.run(run())
+    if uvloop:
+        import uvloop as uv
+
+        uv.run(run())
+    else:
+        asyncio.run(run())
     server.stdin.close()
     server.wait()
 
@@ -378,6 +405,9 @@ def proxy_from(tree: str, argv: list[str]) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--recording-relay"]:
         recording_relay(sys.argv[2], sys.argv[4:])
+        return
+    if sys.argv[1:2] == ["--recording-relay-uvloop"]:
+        recording_relay(sys.argv[2], sys.argv[4:], uvloop=True)
         return
     if sys.argv[1:2] == ["--proxy-from"]:
         proxy_from(sys.argv[2], sys.argv[3:])

@@ -143,6 +143,14 @@ def add_parser(sub: Any) -> None:
         f"(default {DEFAULT_MAX_MESSAGE_BYTES} = 64 MiB; at least 1024)",
     )
     p.add_argument("--fsync", action="store_true", help="fsync every record")
+    p.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="the event loop the proxy runs on: uvloop (the mcp extra installs it; faster "
+        "per message), the standard library's asyncio loop, or auto: uvloop when it is "
+        "installed, else asyncio (default auto)",
+    )
     p.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here")
     p.add_argument("--upstream", metavar="URL", help="the MCP server's streamable-HTTP endpoint")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the stdio server's command line")
@@ -245,10 +253,28 @@ async def _serve_stdio(proxy: StdioProxy | ReplayServer) -> int:
     return code
 
 
-def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``anyio.run``, with a lone error out of a task group unwrapped for the CLI's handler."""
+def _backend_options(loop: str) -> dict[str, Any]:
+    """anyio's asyncio options for ``--loop``: uvloop if asked for (or, with auto, if it
+    imports), else the standard library's loop."""
+    if loop == "asyncio":
+        return {}
     try:
-        return anyio.run(fn, *args)
+        import uvloop  # noqa: F401 - only whether it imports
+    except ImportError:
+        if loop == "uvloop":
+            raise ConfigError(
+                "--loop uvloop: uvloop is not installed (pip install 'litmus-sandbox[mcp]')"
+            ) from None
+        return {}
+    return {"use_uvloop": True}
+
+
+def _run(fn: Callable[..., Awaitable[T]], *args: Any, loop: str = "auto") -> T:
+    """``anyio.run`` on the loop ``--loop`` picks, with a lone error out of a task group
+    unwrapped for the CLI's handler."""
+    options = _backend_options(loop)
+    try:
+        return anyio.run(fn, *args, backend="asyncio", backend_options=options)
     except BaseExceptionGroup as group:
         leaves = leaf_errors(group)
         if len(leaves) == 1:
@@ -304,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--env applies to a stdio server the proxy starts")
         host, port = _listen(args.listen)
         http = HttpProxy(args.upstream, max_message_bytes=args.max_message_bytes, **common)
-        return _run(_serve_http, http, host, port)
+        return _run(_serve_http, http, host, port, loop=args.loop)
     if not command and args.replay:
         if args.env:
             raise ConfigError("--env applies to a server the proxy starts; replay starts none")
@@ -314,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
             **{k: common[k] for k in ("episodes", "policy", "root", "case_id", "agent", "probes")},
             fsync=args.fsync,
         )
-        served: int = _run(_serve_stdio, server)
+        served: int = _run(_serve_stdio, server, loop=args.loop)
         print(
             f"litmus-sandbox: server-less replay of {', '.join(args.replay)} "
             f"recorded in {args.episodes}",
@@ -341,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
             "that ignores them is not caught)",
             file=sys.stderr,
         )
-    code: int = _run(_serve_stdio, proxy)
+    code: int = _run(_serve_stdio, proxy, loop=args.loop)
     if proxy.recorded:
         print(f"litmus-sandbox: MCP session recorded in {args.episodes}", file=sys.stderr)
     elif proxy.sent_anything:
