@@ -297,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
         args.timeout = None
     if args.max_message_bytes < 1024:
         raise ConfigError("--max-message-bytes must be at least 1024")
+    _backend_options(args.loop)  # --loop uvloop without uvloop: refused before anything starts
     if args.case_id is not None and not args.case_id.strip():
         raise ConfigError("--case-id must not be empty (leave it out for the client's _meta)")
     root = Path(args.root) if args.root else Path.cwd()

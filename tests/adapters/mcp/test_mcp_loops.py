@@ -116,6 +116,21 @@ def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(
         _loop_type("uvloop")
 
 
+def test_loop_uvloop_without_it_exits_2_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from litmus_sandbox._cli.main import main
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    monkeypatch.chdir(tmp_path)  # where the default episode file would go
+    marker = tmp_path / "started"
+    server = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert main(["proxy", "mcp", "--loop", "uvloop", "--", *server]) == 2
+    assert "uvloop is not installed" in capsys.readouterr().err
+    assert not marker.exists()  # the server was never started
+    assert not (tmp_path / "litmus-mcp.episodes.jsonl").exists()
+
+
 def test_an_unknown_loop_is_a_usage_error(tmp_path: Path) -> None:
     import subprocess
 
