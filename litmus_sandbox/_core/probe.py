@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from itertools import chain, islice, repeat
 
 from litmus_sandbox._core.gate import CaseResult
-from litmus_sandbox._core.joins import keys_of
+from litmus_sandbox._core.joins import CHUNK, keys_of
 from litmus_sandbox._core.spill import weight
 from litmus_sandbox._core.tally import CaseDecider, Side
 from litmus_sandbox._model.records import AnyVerdict
@@ -161,7 +161,7 @@ def _in_gate_order(
     return ordered
 
 
-def _chunks(results: list[CaseResult], size: int = 16_384) -> Iterator[list[CaseResult]]:
+def _chunks(results: list[CaseResult], size: int = CHUNK) -> Iterator[list[CaseResult]]:
     for i in range(0, len(results), size):
         yield results[i : i + size]
 

@@ -55,9 +55,7 @@ class TableWriter(Writer):
         for case in results:
             if not shown(case):
                 continue
-            case_id = case.case_id
-            if not case_id.isprintable():
-                case_id = _one_line(case_id)
+            case_id = _one_line(case.case_id)
             if len(case_id) > width:
                 width = len(case_id)
             key = _legacy_kind(case)
@@ -152,9 +150,9 @@ class TableWriter(Writer):
         return text(block if self._paint is None else self._paint(block))
 
 
-#: (outcome, reasons, baseline safety, candidate's; None: no verdict) -> a row's rank,
-#: the rest of its first line and its further lines (see the module docstring).
-#: The key is the identity of the reasons; the entry keeps the reasons themselves.
+#: (outcome, the identity of its reasons, baseline safety, candidate's; None: no verdict)
+#: -> the reasons themselves (which keep that identity theirs), and a row's rank, the rest
+#: of its first line and its further lines (see the module docstring).
 _legacy_rows: dict[
     tuple[str, int, bool | None, bool | None],
     tuple[tuple[Reason, ...], tuple[int, str, list[str]]],
