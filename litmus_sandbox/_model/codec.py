@@ -324,12 +324,15 @@ def legacy_members_distinct(records: list[LegacyVerdict], block: bytes) -> bool:
     else:
         counts = Counter(map(_provenance_of, records))
         implied = 2 * len(records) + sum(n * _provenance_members(p) for p, n in counts.items())
+    colons = block.count(b":")
+    if colons == implied:  # then no record was given an ``unknown_provenance`` either
+        return True
     # This library writes an empty ``unknown_provenance`` beside a legacy verdict; one
     # that was read has a dict of its own (the default is one shared dict).
-    if b'"unknown_provenance"' in block:
+    if colons > implied and b'"unknown_provenance"' in block:
         given = [u for u in map(_unknown_of, records) if u is not NO_UNKNOWN_KEYS]
         implied += sum(1 + len(u) for u in given)
-    return block.count(b":") == implied
+    return colons == implied
 
 
 def block_duplicate(block: bytes, first_line: int) -> tuple[int, DecodeProblem] | None:

@@ -164,32 +164,33 @@ def iter_lines(
 
 def iter_blocks(
     f: BinaryIO, path: str, max_line: int | None = None, block: int = BLOCK_BYTES
-) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(number of its first line, block)``: the lines of ``f`` in runs of whole
-    lines, newlines included; the last block may end with a line that has no newline.
+) -> Iterator[tuple[int, bytes, int]]:
+    """Yield ``(number of its first line, block, its newlines)``: the lines of ``f`` in
+    runs of whole lines, newlines included; the last block may end with a line that has
+    no newline. A block is one read, and the rest of the line it ends in (read at once,
+    so the bytes are copied once more at most).
 
     Raises:
         RecordDecodeError: a line longer than the cap (named ``file:line``).
     """
     limit = max_line_bytes(max_line)
     size = max(1, min(block, limit))
-    pending = b""
     lineno = 1
     while chunk := f.read(size):
-        cut = chunk.rfind(b"\n")
-        if cut < 0:
-            pending += chunk
-            if len(pending) > limit:
-                raise RecordDecodeError(path, lineno, _too_long(limit))
-            continue
-        if len(pending) + chunk.find(b"\n") > limit:  # the one line that straddles reads
-            raise RecordDecodeError(path, lineno, _too_long(limit))
-        whole = pending + chunk[: cut + 1] if pending else chunk[: cut + 1]
-        yield lineno, whole
-        lineno += whole.count(b"\n")
-        pending = chunk[cut + 1 :]
-    if pending:
-        yield lineno, pending
+        if not chunk.endswith(b"\n"):
+            # The line that straddles reads: room for what the cap leaves of it, and one
+            # byte more to tell a line over the cap.
+            start = chunk.rfind(b"\n") + 1
+            room = limit - (len(chunk) - start)
+            tail = f.readline(room + 1)
+            if len(tail) > room and not tail.endswith(b"\n"):
+                raise RecordDecodeError(
+                    path, lineno + chunk.count(b"\n", 0, start), _too_long(limit)
+                )
+            chunk += tail
+        newlines = chunk.count(b"\n")
+        yield lineno, chunk, newlines
+        lineno += newlines
 
 
 def read_bounded_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:

@@ -194,7 +194,7 @@ def scan_case_ids(
     """
     p = os.fspath(path)
     with open_input(p) as f:
-        for first, block in iter_blocks(f, p, max_line):
+        for first, block, _ in iter_blocks(f, p, max_line):
             if not block.endswith(b"\n"):  # a torn last line has no case id to give
                 block = block[: block.rfind(b"\n") + 1]
             try:

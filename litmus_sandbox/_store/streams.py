@@ -392,32 +392,44 @@ def iter_verdict_records(
     """
     p = os.fspath(path)
     with open_input(p) as f:
-        for first, block in iter_blocks(f, p, max_line):
+        for first, block, newlines in iter_blocks(f, p, max_line):
             if not block.endswith(b"\n"):  # the last line, with no newline
                 yield from _slow_block(p, first, block, warnings, ended=False)
                 return
-            fast = _fast_block(block)
+            fast = _fast_block(block, newlines)
             if fast is not None:
                 yield fast
             else:
                 yield from _slow_block(p, first, block, warnings, ended=True)
 
 
-def _fast_block(block: bytes) -> list[VerdictRecord] | None:
+def _fast_block(block: bytes, newlines: int) -> list[VerdictRecord] | None:
     """Decode a block of whole well-formed lines in one call, or None to go line by line.
 
-    A block that names no ``kind`` can only hold legacy verdicts; one that does is
-    decoded as this library's records (a legacy line among them sends the block to the
-    line-by-line reader, which tells each line by its own fields).
+    A record a line: ``decode_lines`` also reads two objects on one line, or none on a
+    blank one, so the records must be as many as the lines. Legacy verdicts are tried
+    first: when the block's colons are just the members they imply, no line has another
+    key (a ``kind`` above all), and nothing else need be looked at. Otherwise a block that
+    names no ``kind`` can only hold legacy verdicts; one that does is decoded as this
+    library's records (a legacy line among them sends the block to the line-by-line
+    reader, which tells each line by its own fields).
     """
-    legacy = b'"kind"' not in block
-    decoder = legacy_fast_decoder if legacy else verdict_fast_decoder
     try:
-        records: list[Any] = decoder.decode_lines(block)
+        records: list[Any] | None = legacy_fast_decoder.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None  # the per-line reader names the line and its problem
-    if legacy and legacy_members_distinct(records, block):
+        records = None
+    if records is not None and len(records) != newlines:
+        return None
+    if records is not None and legacy_members_distinct(records, block):
         return records
+    legacy = b'"kind"' not in block
+    if not legacy:
+        try:
+            records = verdict_fast_decoder.decode_lines(block)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None  # the per-line reader names the line and its problem
+    if records is None or len(records) != newlines:
+        return None
     if not canonical_block(records, block, legacy=legacy) and block_duplicate(block, 1):
         return None  # the per-line reader names the line with the duplicate key
     return records
