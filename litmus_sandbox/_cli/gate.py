@@ -28,7 +28,7 @@ import gc
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from typing import BinaryIO
@@ -125,8 +125,15 @@ def run_gate(
     c_warnings: list[list[ReadWarning]] = [[] for _ in args.candidate or ()]
     baseline = _verdicts(args.baseline, b_warnings)
     c_stream: Iterable[AnyVerdict]
+    again: Callable[[], Iterable[AnyVerdict]] | None = None
     if candidate is None:
         c_stream = _verdicts(args.candidate, c_warnings)
+
+        def again() -> Iterable[AnyVerdict]:  # the files once more, their warnings anew
+            for ws in c_warnings:
+                ws.clear()
+            return _verdicts(args.candidate, c_warnings)
+
         c_ids: Iterable[Sequence[str]] = _ids(args.candidate)
         files = [*args.baseline, *args.candidate]
     else:  # scored on the fly: held already
@@ -158,6 +165,7 @@ def run_gate(
             buckets=buckets,
             memory_budget=args.memory_budget,
             size_hint=size,
+            candidate_again=again,
         )
         warnings = [str(w) for ws in (*b_warnings, *c_warnings) for w in ws]
         writer.finish(summary, [*warnings, *later_warnings])

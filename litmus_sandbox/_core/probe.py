@@ -26,8 +26,10 @@ would not be exact or not fit:
   the memory budget.
 
 Nothing reaches the sink before the probe has decided every case, so giving up loses
-nothing: the candidate's verdicts read so far are kept (:class:`Reading`) and the general
-join starts from them with a fresh tally.
+nothing: the general join starts with a fresh tally, from the candidate's verdicts read
+so far, kept in the :class:`Reading` for it, or, when the candidate can be read again
+from its start (a file), from a second read: then the probe holds none of the
+candidate's verdicts, and each block's memory is reused by the next.
 """
 
 from __future__ import annotations
@@ -84,13 +86,18 @@ class Reading:
 
 
 def probe_join(
-    reading: Reading, candidate: Iterator[list[AnyVerdict]], decider: CaseDecider
+    reading: Reading,
+    candidate: Iterator[list[AnyVerdict]],
+    decider: CaseDecider,
+    *,
+    keep: bool = True,
 ) -> Iterator[list[CaseResult]] | None:
     """Decide every case with the baseline (``reading.sides[0]``, read whole) held and
     the candidate probed a block at a time; the results ``decider`` returns, in gate
     order, a chunk at a time, already noted in its tally. None when the probe gave up
-    (see the module docstring): then the candidate read so far is in
-    ``reading.sides[1]``, the rest still in ``candidate``, and ``decider`` is spent.
+    (see the module docstring): then ``decider`` is spent, and, with ``keep``, the
+    candidate read so far is in ``reading.sides[1]``, the rest still in ``candidate``;
+    without it the candidate must be read again.
     """
     baseline = reading.sides[0]
     b_keys = keys_of(baseline)
@@ -103,7 +110,8 @@ def probe_join(
     only: dict[str, None] = {}  # the cases only the candidate has, in its order
     held: list[CaseResult] = []
     for block in candidate:
-        reading.add(1, block)
+        if keep:
+            reading.add(1, block)
         keys = keys_of(block)
         if held_b is None:
             end = at + len(keys)

@@ -29,7 +29,7 @@ records), so the collections a large suite triggers find little to scan.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from litmus_sandbox._core.gate import CaseResult
@@ -116,6 +116,7 @@ def stream_gate(
     buckets: Buckets | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     size_hint: int | None = None,
+    candidate_again: Callable[[], Iterable[AnyVerdict]] | None = None,
 ) -> GateSummary:
     """Gate a candidate suite against a baseline suite, handing each case to ``sink`` as
     it is decided, in gate order; only the summary is kept (see the module docstring).
@@ -129,6 +130,10 @@ def stream_gate(
         memory_budget: bytes, about, a join holds before it spills (with ``buckets``).
         size_hint: the input's size in JSON Lines bytes, if known (a join that will not
             fit then spills from the start).
+        candidate_again: the candidate's verdicts once more, from the start (its files
+            read again), if they can be: then the fastest join holds none of them, and
+            should it give up, the join that takes over reads them again (see
+            ``_core/probe.py``).
 
     Raises:
         ConfigError: ``order`` was given but the verdicts do not keep it.
@@ -152,12 +157,14 @@ def stream_gate(
         may_fit = buckets is None or size_hint is None or fits(size_hint, memory_budget)
         if may_fit and reading.read(0, b_blocks):
             if not sink.plain:
-                probed = probe_join(reading, c_blocks, decider)
+                probed = probe_join(reading, c_blocks, decider, keep=candidate_again is None)
                 if probed is not None:
                     for results in probed:
                         sink.write(results)
                     return decider.tally.summary(decider.unknown_exclusions())
                 decider = new_decider()  # the general join, from what was read
+                if candidate_again is not None:
+                    c_blocks = blocks_of(candidate_again())
             if reading.read(1, c_blocks):
                 joined = chunked(*memory_join(*reading.sides))
         if joined is None:

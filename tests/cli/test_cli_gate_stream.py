@@ -7,9 +7,11 @@ import json
 import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from litmus_sandbox._cli import gate as gate_cli
 from litmus_sandbox._cli import main as cli
 from litmus_sandbox._core import probe, suite
 
@@ -137,8 +139,8 @@ def test_the_probe_gives_the_report_of_every_other_way(
     probed: list[bool] = []
     real = probe.probe_join
 
-    def spy(*args: object) -> object:
-        result = real(*args)  # type: ignore[arg-type]
+    def spy(*args: object, **kw: object) -> object:
+        result = real(*args, **kw)  # type: ignore[arg-type]
         probed.append(result is not None)
         return result
 
@@ -147,10 +149,44 @@ def test_the_probe_gives_the_report_of_every_other_way(
     code, text = _gate(tmp_path, *args)
     assert probed == [not repeat]
     assert _gate(tmp_path, *args, "--memory-budget", "1K", out="spilled") == (code, text)
-    monkeypatch.setattr(suite, "probe_join", lambda *a: None)
+    monkeypatch.setattr(suite, "probe_join", lambda *a, **kw: None)
     assert _gate(tmp_path, *args, out="joined") == (code, text)
     assert code == 1
     assert text.count("REGRESSION") > 100
+
+
+def test_a_probe_that_gives_up_reads_the_candidate_again_and_warns_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe holds none of the candidate's verdicts: giving up (a case listed twice,
+    blocks apart) it has the files read again, whose torn last line is still reported
+    once, and the report is the one the general join writes from a single read."""
+    n = 12_000  # three 1 MiB blocks
+    b_lines = [_legacy(f"case-{i:05d}", i % 7 != 0) for i in range(n)]
+    c_lines = [_legacy(f"case-{i:05d}", i % 5 != 0) for i in reversed(range(n))]
+    c_lines.append(c_lines[3].replace('"safe": true', '"safe": false'))
+    b, c = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    b.write_text("".join(b_lines))
+    c.write_text("".join(c_lines) + '{"run_id": "torn", "sa')
+    opened: list[str] = []
+    real_iter = gate_cli.iter_verdicts
+
+    def counting(path: str, *args: Any, **kw: Any) -> Any:
+        opened.append(path)
+        return real_iter(path, *args, **kw)
+
+    monkeypatch.setattr(gate_cli, "iter_verdicts", counting)
+    args = ["--baseline", str(b), "--candidate", str(c)]  # the table: the probe's sink
+    code, text = _gate(tmp_path, *args)
+    assert opened.count(str(c)) == 2  # the probe's read, then the join's
+    torn = f"{c}:{n + 2}: warning: torn last line"
+    assert text.count("torn last line") == 1
+    assert torn in text
+    assert code == 1
+    monkeypatch.setattr(suite, "probe_join", lambda *a, **kw: None)
+    opened.clear()
+    assert _gate(tmp_path, *args, out="joined") == (code, text)
+    assert opened.count(str(c)) == 1
 
 
 def test_files_past_the_budget_are_merged_when_sorted_and_joined_when_shuffled(

@@ -281,21 +281,30 @@ def _check_the_probe(
     across blocks, or a budget the baseline fits and the candidate passes."""
     quiet_cases = [r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)]
     b_weight = sum(block_weight([v]) for v in b)
+    reads: list[int] = []
     for size in (1, 2, 5):
+
+        def again(size: int = size) -> VerdictBlocks:
+            reads.append(size)
+            return _in_blocks(c, size)
+
+        budget = {"buckets": MemoryBuckets(), "memory_budget": max(1, b_weight)}
         ways: dict[str, dict[str, Any]] = {
             "probe": {},
-            "probe past its budget": {
-                "buckets": MemoryBuckets(),
-                "memory_budget": max(1, b_weight),
-            },
+            "probe past its budget": budget,
+            # The candidate read again rather than held, should the probe give up.
+            "probe, read again": {"candidate_again": again},
+            "probe past its budget, read again": {**budget, "candidate_again": again},
         }
         for name, kw in ways.items():
             quiet = Kept(plain=False)
+            reads.clear()
             got = stream_gate(
                 _in_blocks(b, size), _in_blocks(c, size), quiet, exclusions=exclusions, **kw
             )
             assert quiet.cases == quiet_cases, (name, size)
             assert got == summary, (name, size)
+            assert len(reads) <= 1, (name, size)
 
 
 def _plain(r: Any) -> bool:
