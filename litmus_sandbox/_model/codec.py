@@ -21,16 +21,13 @@ import functools
 import gc
 import hashlib
 import json
-import operator
 import re
-from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
 
 from litmus_sandbox._model.records import (
-    NO_UNKNOWN_KEYS,
     SCHEMA_VERSION,
     EpisodeEnd,
     EpisodeHeader,
@@ -288,51 +285,6 @@ def canonical_block(records: list[Any], block: bytes, *, legacy: bool = False) -
     if b" " in out:
         out = out.translate(None, b" ")
     return out == block.translate(None, b" ")
-
-
-_NO_LEGACY_PROVENANCE = LegacyProvenance()
-_provenance_of = operator.attrgetter("provenance")
-_unknown_of = operator.attrgetter("unknown_provenance")
-
-
-def _provenance_members(p: LegacyProvenance) -> int:
-    """Members a provenance object must have had to decode as ``p``: the fields that are
-    not null, and the ``provenance`` key itself (none when ``p`` is all defaults)."""
-    if p == _NO_LEGACY_PROVENANCE:
-        return 0
-    return 1 + sum(getattr(p, name) is not None for name in _LEGACY_FIELDS)
-
-
-def legacy_members_distinct(records: list[LegacyVerdict], block: bytes) -> bool:
-    """Whether no line of ``block`` (whole lines, decoded as the legacy ``records`` by
-    the fast decoder) has a duplicate key, told by counting colons.
-
-    Every member of a JSON object has a colon, and so does nothing else outside strings:
-    the block's colons are at least its members, which are at least its distinct keys,
-    which are at least the members its records imply (``run_id``, ``safe``, each
-    provenance field that is not null, see :func:`_provenance_members`, and an
-    ``unknown_provenance`` that was given, with its keys). So when the
-    colons are exactly the implied members, no key is there twice. False (cannot tell)
-    when there are more: a colon in a string, an unknown key, an explicit null; then
-    :func:`canonical_block` and :func:`block_duplicate` look. Costs one count over the
-    bytes, and one look per kind of provenance.
-    """
-    kinds = set(map(_provenance_of, records))
-    members = {_provenance_members(p) for p in kinds}
-    if len(members) == 1:  # every record implies as many (the usual file): no counting
-        implied = (2 + members.pop()) * len(records)
-    else:
-        counts = Counter(map(_provenance_of, records))
-        implied = 2 * len(records) + sum(n * _provenance_members(p) for p, n in counts.items())
-    colons = block.count(b":")
-    if colons == implied:  # then no record was given an ``unknown_provenance`` either
-        return True
-    # This library writes an empty ``unknown_provenance`` beside a legacy verdict; one
-    # that was read has a dict of its own (the default is one shared dict).
-    if colons > implied and b'"unknown_provenance"' in block:
-        given = [u for u in map(_unknown_of, records) if u is not NO_UNKNOWN_KEYS]
-        implied += sum(1 + len(u) for u in given)
-    return colons == implied
 
 
 def block_duplicate(block: bytes, first_line: int) -> tuple[int, DecodeProblem] | None:

@@ -33,10 +33,10 @@ from litmus_sandbox._model.codec import (
     decode_verdict_record,
     encode,
     legacy_fast_decoder,
-    legacy_members_distinct,
     verdict_fast_decoder,
 )
 from litmus_sandbox._model.errors import NewerVersionError, RecordDecodeError
+from litmus_sandbox._model.legacy_blocks import LegacyKinds
 from litmus_sandbox._model.records import (
     AnyVerdict,
     Episode,
@@ -391,19 +391,20 @@ def iter_verdict_records(
         RecordDecodeError, NewerVersionError: as :func:`read_verdicts`.
     """
     p = os.fspath(path)
+    kinds = LegacyKinds()
     with open_input(p) as f:
         for first, block, newlines in iter_blocks(f, p, max_line):
             if not block.endswith(b"\n"):  # the last line, with no newline
                 yield from _slow_block(p, first, block, warnings, ended=False)
                 return
-            fast = _fast_block(block, newlines)
+            fast = _fast_block(block, newlines, kinds)
             if fast is not None:
                 yield fast
             else:
                 yield from _slow_block(p, first, block, warnings, ended=True)
 
 
-def _fast_block(block: bytes, newlines: int) -> list[VerdictRecord] | None:
+def _fast_block(block: bytes, newlines: int, kinds: LegacyKinds) -> list[VerdictRecord] | None:
     """Decode a block of whole well-formed lines in one call, or None to go line by line.
 
     A record a line: ``decode_lines`` also reads two objects on one line, or none on a
@@ -420,7 +421,7 @@ def _fast_block(block: bytes, newlines: int) -> list[VerdictRecord] | None:
         records = None
     if records is not None and len(records) != newlines:
         return None
-    if records is not None and legacy_members_distinct(records, block):
+    if records is not None and kinds.members_distinct(records, block):
         return records
     legacy = b'"kind"' not in block
     if not legacy:

@@ -20,12 +20,13 @@ from litmus_sandbox import (
     read_verdicts,
     write_verdicts,
 )
+from litmus_sandbox._model import legacy_blocks
 from litmus_sandbox._model.codec import (
     DecodeProblem,
     decode_verdict_record,
     legacy_fast_decoder,
-    legacy_members_distinct,
 )
+from litmus_sandbox._model.legacy_blocks import legacy_members_distinct
 from litmus_sandbox._model.records import NO_UNKNOWN_KEYS
 
 _EP = '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}'
@@ -274,3 +275,33 @@ def test_verdicts_share_one_read_only_empty_unknown_provenance() -> None:
         records[0].unknown_provenance.update(x=1)
     assert NO_UNKNOWN_KEYS == {}
     assert msgspec.json.decode(msgspec.json.encode(records[0]))["unknown_provenance"] == {}
+
+
+@pytest.mark.parametrize("kept", [4096, 2])
+def test_a_streams_verdicts_share_one_provenance_object_a_kind(
+    tmp_path: Path, kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equal provenance decodes to one shared object (memory, and the gate's cache):
+    nothing else changes, whatever the kinds' member counts, past the kinds kept too."""
+    monkeypatch.setattr(legacy_blocks, "KEPT", kept)
+    judges = ["j1", "j2", None]  # None: a field left out, one member fewer
+    lines = []
+    for i in range(12_000):  # two read blocks
+        prov: dict[str, object] = {"truncate_on_refusal": i % 2 == 0, "steps_covered": i % 4}
+        if (judge := judges[i % 3]) is not None:
+            prov["judge_version"] = judge
+        lines.append(json.dumps({"run_id": f"r{i}", "safe": i % 5 != 0, "provenance": prov}))
+    got = read_verdicts(_write(tmp_path / "v.jsonl", lines)).verdicts
+    assert [msgspec.json.encode(v.provenance) for v in got] == [
+        msgspec.json.encode(legacy_fast_decoder.decode(line.encode()).provenance) for line in lines
+    ]
+    assert [(v.case_id, v.safe) for v in got] == [(f"r{i}", i % 5 != 0) for i in range(12_000)]
+    distinct = {id(v.provenance) for v in got}
+    if kept > 12:
+        assert len(distinct) == 12  # 2 x 4 x 3 kinds, one object each
+    else:
+        assert 12 < len(distinct) < 12_000  # shared within what was kept
+    # A duplicate key is still found, whichever count the kinds imply.
+    lines[7000] = lines[7000].replace('"safe": ', '"safe": true, "safe": ', 1)
+    with pytest.raises(RecordDecodeError, match=r"w\.jsonl:7001: duplicate key 'safe'"):
+        read_verdicts(_write(tmp_path / "w.jsonl", lines))
