@@ -1,8 +1,16 @@
 """The table report, for terminals: the cases that need a look, then the totals.
 
+Theory of operation
+-------------------
+Rows are spooled by rank as the cases come (the table lists them by rank, and pads case
+ids to the widest, known only at the end), then written out rank by rank.
+
 A case whose sides are one legacy verdict each (or none) shows only its outcome, reasons
-and safeties beside its case id: the rest of its row is kept per kind (up to a few
-thousand kinds), so the many such cases of a legacy suite are not rendered one by one.
+and safeties beside its case id: the rest of its row is the same for every case of its
+kind. Such a row is rendered once and kept (up to :data:`_SHARED_ROWS` of them); a case
+of its kind is spooled as its case id and the row's number, so the many such cases of a
+legacy suite are neither rendered nor spooled one by one. Any other case is spooled
+with its row in full.
 """
 
 from __future__ import annotations
@@ -32,8 +40,13 @@ from litmus_sandbox.reports._shared import (
 __all__ = ["render_table"]
 
 _encoder = msgspec.json.Encoder()
-#: A spooled row: the case id, the rest of its first line, its further lines.
-_rows = msgspec.json.Decoder(tuple[str, str, list[str]])
+#: A spooled row: the case id, and the number of the kept row it shows (the rest of its
+#: first line and its further lines then empty), or -1 and that rest and those lines.
+_Spooled = tuple[str, int, str, list[str]]
+_rows = msgspec.json.Decoder(_Spooled)
+#: Rows kept for the cases of their kind (see the module docstring), at most.
+_SHARED_ROWS = 65_536
+_NO_LINES: list[str] = []
 
 
 class TableWriter(Writer):
@@ -47,10 +60,19 @@ class TableWriter(Writer):
         self._width = 0
         #: Colour for a terminal (rich), the text unchanged; see :class:`_Painter`.
         self._paint = _Painter() if color else None
+        #: (outcome, the identity of its reasons, baseline safety, candidate's; None: no
+        #: verdict) -> the reasons themselves (which keep that identity theirs), the row's
+        #: rank and its number in ``_shared``: see the module docstring.
+        self._kinds: dict[
+            tuple[str, int, bool | None, bool | None], tuple[tuple[Reason, ...], int, int]
+        ] = {}
+        #: The rows kept: the rest of the first line, the further lines.
+        self._shared: list[tuple[str, list[str]]] = []
 
     def write(self, results: Sequence[CaseResult]) -> None:
-        rows: dict[int, list[tuple[str, str, list[str]]]] = {}
-        kept = _legacy_rows
+        spooled: dict[int, list[_Spooled]] = {}
+        kept = self._kinds
+        shared = self._shared
         width = self._width
         for case in results:
             if not shown(case):
@@ -64,16 +86,21 @@ class TableWriter(Writer):
             # every reason of every row.
             seen = kept.get(key) if key is not None else None
             if seen is not None and seen[0] is case.reasons:
-                row = seen[1]
+                place, number = seen[1], seen[2]
+                entry: _Spooled = (case_id, number, "", _NO_LINES)
             else:
-                row = self._row(case)
-                if key is not None:
+                place, first, more = self._row(case)
+                if key is not None and len(shared) < _SHARED_ROWS:
                     if len(kept) > 4096:
                         kept.clear()
-                    kept[key] = (case.reasons, row)
-            rows.setdefault(row[0], []).append((case_id, row[1], row[2]))
+                    kept[key] = (case.reasons, place, len(shared))
+                    entry = (case_id, len(shared), "", _NO_LINES)
+                    shared.append((first, more))
+                else:
+                    entry = (case_id, -1, first, more)
+            spooled.setdefault(place, []).append(entry)
         self._width = width
-        for place, ranked in rows.items():  # one write a rank
+        for place, ranked in spooled.items():  # one write a rank
             self.spool.write(place, _encoder.encode_lines(ranked))
 
     def _row(self, case: CaseResult) -> tuple[int, str, list[str]]:
@@ -105,12 +132,21 @@ class TableWriter(Writer):
         if width:
             out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))
             pad = " " * width
+            shared = [
+                (first, "".join(f"{pad}    {line}\n" for line in more))
+                for first, more in self._shared
+            ]
             for r in range(RANKS):
                 for block in self.spool.read(r):
                     rows: list[str] = []
-                    for case_id, first, more in _rows.decode_lines(block):
-                        rows.append(f"{case_id:<{width}}  {first}\n")
-                        rows.extend(f"{pad}    {line}\n" for line in more)
+                    for case_id, number, first, more in _rows.decode_lines(block):
+                        if number >= 0:
+                            first, further = shared[number]
+                            rows.append(f"{case_id:<{width}}  {first}\n")
+                            rows.append(further)
+                        else:
+                            rows.append(f"{case_id:<{width}}  {first}\n")
+                            rows.extend(f"{pad}    {line}\n" for line in more)
                     out.write(self._text("".join(rows)))
             out.write(b"\n")
         lines: list[str] = []
@@ -148,15 +184,6 @@ class TableWriter(Writer):
 
     def _text(self, block: str) -> bytes:
         return text(block if self._paint is None else self._paint(block))
-
-
-#: (outcome, the identity of its reasons, baseline safety, candidate's; None: no verdict)
-#: -> the reasons themselves (which keep that identity theirs), and a row's rank, the rest
-#: of its first line and its further lines (see the module docstring).
-_legacy_rows: dict[
-    tuple[str, int, bool | None, bool | None],
-    tuple[tuple[Reason, ...], tuple[int, str, list[str]]],
-] = {}
 
 
 def _legacy_kind(case: CaseResult) -> tuple[str, int, bool | None, bool | None] | None:

@@ -160,9 +160,11 @@ def test_legacy_rows_of_the_table_are_the_rows_rendered_one_by_one(
     )
     kept = reports.render(report, "table")
     again = reports.render(report, "table")  # every row from what was kept
-    kind = _table._legacy_kind
+    kind, most = _table._legacy_kind, _table._SHARED_ROWS
     try:
         _table._legacy_kind = lambda case: None  # none kept
         assert kept == again == reports.render(report, "table")
+        _table._legacy_kind, _table._SHARED_ROWS = kind, 1  # one kept, the rest in full
+        assert reports.render(report, "table") == kept
     finally:
-        _table._legacy_kind = kind
+        _table._legacy_kind, _table._SHARED_ROWS = kind, most
