@@ -148,6 +148,20 @@ async def measure(
         for _ in range(max(20, calls // 10)):  # warm up every path
             for client, _out in clients:
                 await client.call_tool(tool, args)
+        # CPU time of the relays themselves (the proxy, the floors; not their servers),
+        # which a loaded machine's wall clock blurs.
+        relays = {
+            name: _child_pid(marker)
+            for name, marker in (
+                ("proxy", str(episodes)),
+                ("asyncio_loop", str(on_asyncio)),
+                ("recording_relay", str(minimal)),
+                ("recording_relay_uvloop", str(minimal_uv)),
+                ("byte_relay", "byte_relay.py"),
+                *((f"baseline{i}", f"baseline{i}.episodes") for i in range(len(baselines))),
+            )
+        }
+        cpu_before = {name: _cpu_seconds(pid) for name, pid in relays.items()}
         for i in range(calls):
             # Rotate which goes first, so none always follows another.
             for client, out in clients[i % len(clients) :] + clients[: i % len(clients)]:
@@ -155,6 +169,10 @@ async def measure(
                 result = await client.call_tool(tool, args)
                 out.append(time.perf_counter() - t0)
                 assert not result.is_error
+        cpu_us = {
+            name: (_cpu_seconds(pid) - cpu_before[name]) * 1e6 / calls
+            for name, pid in relays.items()
+        }
     d, p = statistics.median(direct_s), statistics.median(proxied_s)
     o, f = statistics.median(oracle_s), statistics.median(floor_s)
     m = statistics.median(minimal_s)
@@ -181,10 +199,17 @@ async def measure(
         "recording_relay_uvloop_added_median_ms": (mu - d) * 1e3,
         "recording_relay_uvloop_ratio": mu / d,
         "recorded_steps_bytes": episodes.stat().st_size,
+        # CPU per call (user + system, from /proc) of each relay process.
+        "proxy_cpu_us_per_call": cpu_us["proxy"],
+        "asyncio_loop_cpu_us_per_call": cpu_us["asyncio_loop"],
+        "recording_relay_cpu_us_per_call": cpu_us["recording_relay"],
+        "recording_relay_uvloop_cpu_us_per_call": cpu_us["recording_relay_uvloop"],
+        "byte_relay_cpu_us_per_call": cpu_us["byte_relay"],
         "baselines": {
             name or f"baseline{i or ''}": {
                 "added_median_ms": (statistics.median(times) - d) * 1e3,
                 "ratio": statistics.median(times) / d,
+                "cpu_us_per_call": cpu_us[f"baseline{i}"],
             }
             for i, ((name, _), times) in enumerate(zip(baselines, baseline_s, strict=True))
         },
@@ -264,10 +289,34 @@ async def measure_http(calls: int, recordings: Path) -> dict[str, Any]:
     }
 
 
+def _child_pid(marker: str) -> int:
+    """The process this one started whose command line holds ``marker`` (Linux ``/proc``)."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if ppid == me and marker in cmdline:
+            return int(entry.name)
+    raise RuntimeError(f"mcp_bench: no child process running {marker!r}")
+
+
 def _cpu_seconds(pid: int) -> float:
-    """The user and system CPU time a process has used (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The CPU time a process has used, all its threads (Linux ``/proc``): the
+    scheduler's nanosecond count where it keeps one, else user + system time (clock
+    ticks, too coarse for a few hundred calls)."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total / 1e9
 
 
 async def _rotate(calls: int, *urls: str, cpu_of: tuple[int, ...] = ()) -> tuple[float, ...]:
