@@ -87,9 +87,10 @@ def parse(data: bytes | str) -> Message:
     if not isinstance(params, dict):
         params = None
     method = body.get("method")
-    if isinstance(method, str):
-        if "id" in body and body["id"] is not None:
-            return Message("request", body, id=body["id"], method=method, params=params)
+    if type(method) is str:
+        rid = body.get("id")
+        if rid is not None:
+            return Message("request", body, id=rid, method=method, params=params)
         return Message("notification", body, method=method, params=params)
     if "id" in body and ("result" in body or "error" in body):
         return Message("response", body, id=body["id"])
@@ -178,7 +179,11 @@ def shown_from_result(result: Any) -> Shown:
     if not isinstance(result, dict):
         return Shown()
     content = result.get("content")
-    blocks = tuple(b for b in content if isinstance(b, dict)) if isinstance(content, list) else ()
+    blocks: tuple[Any, ...] = tuple(content) if type(content) is list else ()
+    for block in blocks:  # the common case: every block an object, kept as they are
+        if type(block) is not dict:
+            blocks = tuple([b for b in blocks if isinstance(b, dict)])
+            break
     return Shown(
         content=blocks,
         is_error=result.get("isError") is True,

@@ -71,6 +71,29 @@ class McpProtocolError(LitmusError):
 class CallState:
     """One intercepted ``tools/call``: what happened upstream, and what the client gets."""
 
+    # One per call, on the relay's hot path: slots keep it small and quick to build.
+    __slots__ = (
+        "cap",
+        "envelope",
+        "envelope_raw",
+        "extra_meta",
+        "failure",
+        "fidelity",
+        "forwarded",
+        "notifications",
+        "notifications_dropped",
+        "output_schema",
+        "reply",
+        "reply_kind",
+        "request",
+        "request_id",
+        "stateless",
+        "stopped",
+        "task_id",
+        "task_requested",
+        "timed_out",
+    )
+
     def __init__(self, request_id: Any, request: bytes, *, stateless: bool) -> None:
         self.request_id = request_id
         #: The request exactly as the client sent it (what a real call forwards).
@@ -97,6 +120,8 @@ class CallState:
         #: given as a task of the proxy's own (``task_id``), its result by tasks/result.
         self.task_requested = False
         self.task_id: str | None = None
+        #: ``max_result_bytes`` of the sandbox recording the call (:meth:`finalize_capped`).
+        self.cap = 0
 
     def note(self, notification: Any) -> None:
         """Keep a notification the server sent about this call (progress)."""
@@ -117,6 +142,11 @@ class CallState:
             raise McpProtocolError(*error_text(envelope["error"]))
         return shown_from_result(envelope.get("result"))
 
+    def finalize_capped(self, step: ToolCallStep) -> ToolCallStep:
+        """:meth:`finalize` with the cap set in :attr:`cap` (a call run inline, whose
+        client is shown what the step records)."""
+        return self.finalize(step, self.cap)
+
     def finalize(
         self,
         step: ToolCallStep,
@@ -131,14 +161,15 @@ class CallState:
         outcome = step.actual.outcome if step.actual is not None else None
         self.fidelity = step.fidelity
         mcp: dict[str, Any] = {"request_id": self.request_id, "forwarded": self.forwarded}
-        if self.envelope is not None and self.envelope_raw is not None:
-            mcp["outcome"] = outcome_of(self.envelope)
+        envelope = self.envelope
+        if envelope is not None and self.envelope_raw is not None:
+            mcp["outcome"] = outcome_of(envelope)
             raw = self.envelope_raw.rstrip(b"\r\n")
             mcp["upstream_bytes"] = len(raw)
             mcp["upstream_sha256"] = hashlib.sha256(raw).hexdigest()
             # The envelope beside what the client was shown; a huge one is summarized by
             # its size and hash, like the sandbox caps any large result.
-            mcp["upstream"] = self.envelope if len(raw) <= cap else None
+            mcp["upstream"] = envelope if len(raw) <= cap else None
         elif outcome == "interrupted":
             mcp["outcome"] = "interrupted"
         elif outcome == "timeout":
@@ -154,7 +185,8 @@ class CallState:
             mcp["notifications"] = self.notifications
         if self.notifications_dropped:
             mcp["notifications_dropped"] = self.notifications_dropped
-        mcp.update(self.extra_meta)
+        if self.extra_meta:
+            mcp.update(self.extra_meta)
 
         if outcome == "interrupted" and self.stopped is not None:
             # The proxy is stopping: the client is told (see Session.stop in

@@ -139,7 +139,8 @@ class CallSession(SessionBase):
         call: OpenCall = pending.handle
         state = pending.call
         assert state is not None
-        finalize = functools.partial(state.finalize, cap=self._sandbox.max_result_bytes)
+        state.cap = self._sandbox.max_result_bytes
+        finalize = state.finalize_capped
         how = action.how
         if how == "answered":
             assert action.body is not None

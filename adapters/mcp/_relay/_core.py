@@ -140,7 +140,9 @@ class Relay(Tasks, Guard):
         if self.stopped is not None:
             return []
         self.sent_anything = True
-        if too_deep(line, self.max_depth):
+        depth = self.max_depth
+        # The bracket count settles almost every line (too_deep's own first test).
+        if line.count(b"[") + line.count(b"{") > depth and too_deep(line, depth):
             why = f"a message nested deeper than {self.max_depth} levels"
             return [
                 *self._refuse(
@@ -205,20 +207,24 @@ class Relay(Tasks, Guard):
             ]
         tool, args = call
         self.engaged = True
-        actions = self._offer(msg)
+        actions = self._offer(msg) if self._offering else []
         self._offering = False  # the call opens the episode: its case id is settled
-        meta = msg.meta
+        params = msg.params
+        assert params is not None  # a well-formed call has them
+        meta = params.get("_meta")
+        if type(meta) is not dict:
+            meta = {}
         state = CallState(rid, line, stateless=PROTOCOL_VERSION_META_KEY in meta)
         state.output_schema = self.schemas.get(tool)
         token = meta.get("progressToken")  # progress_token_of, with the meta at hand
         pending = Pending(
             "call", key, rid, "tools/call", State.STARTING, call=state, tool=tool, args=args
         )
-        if valid_id(token):
+        if token is not None and valid_id(token):
             pending.token = token
             self._progress[id_key(token)] = pending
-        assert msg.params is not None  # a well-formed call has them
-        pending.task_requested = state.task_requested = isinstance(msg.params.get("task"), dict)
+        if "task" in params:
+            pending.task_requested = state.task_requested = isinstance(params["task"], dict)
         self.pending[key] = pending
         actions.append(StartCall(pending))
         return actions
@@ -283,7 +289,8 @@ class Relay(Tasks, Guard):
             return []
         if not line.endswith(b"\n"):
             return self._drop("unterminated")
-        if too_deep(line, self.max_depth):
+        depth = self.max_depth
+        if line.count(b"[") + line.count(b"{") > depth and too_deep(line, depth):
             why = f"the MCP server sent a message nested deeper than {self.max_depth} levels"
             return [CutOff(why), Abort(why)]
         msg = parse(line)
@@ -317,8 +324,7 @@ class Relay(Tasks, Guard):
         assert body is not None
         if pending.kind == "call":
             if state is State.AT_SERVER:
-                task_id = created_task(body)
-                if task_id is not None and pending.task_requested:
+                if pending.task_requested and (task_id := created_task(body)) is not None:
                     return self._task_created(pending, task_id, line)
                 advance(pending, Event.ANSWER)
                 return [FinishCall(pending, "answered", raw=line, body=body)]
@@ -434,8 +440,10 @@ class Relay(Tasks, Guard):
         """The call's step is written: the reply it decided (see ``CallState``)."""
         state = pending.call
         assert state is not None
-        if pending.token is not None and self._progress.get(id_key(pending.token)) is pending:
-            del self._progress[id_key(pending.token)]
+        if pending.token is not None:
+            token = id_key(pending.token)
+            if self._progress.get(token) is pending:
+                del self._progress[token]
         if not state.forwarded:
             self._unforwarded[pending.key] = None
             if len(self._unforwarded) > _MAX_UNFORWARDED:

@@ -33,13 +33,15 @@ _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder()
 
 
-#: What JSON-RPC allows as an id (a tuple: ``str | int | float`` would be built per call).
-_ID_TYPES = (str, int, float)
+#: What JSON-RPC allows as an id. Decoded JSON holds these exact types (``bool`` is not
+#: one of them, as JSON-RPC wants), so one set lookup settles it.
+_ID_TYPES = frozenset({str, int, float})
 
 
 def valid_id(request_id: Any) -> bool:
-    """Whether JSON-RPC allows ``request_id`` on a request (a string or a number)."""
-    return isinstance(request_id, _ID_TYPES) and not isinstance(request_id, bool)
+    """Whether JSON-RPC allows ``request_id`` on a request (a string or a number, as
+    decoded from JSON)."""
+    return type(request_id) in _ID_TYPES
 
 
 class Refusal(NamedTuple):
