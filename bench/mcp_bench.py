@@ -18,7 +18,10 @@ each loop is compared like with like. Calls rotate between them (interleaved, so
 machine noise hits all alike) after a warm-up. Reports the median call time of each,
 the median time added, and the ratio to direct, for the proxy (the goal: at most
 0.2 ms added, and a ratio of at most 1.15 on the filesystem server), with the
-filesystem oracle, and for the floors. Written to bench/results/mcp.json.
+filesystem oracle, and for the floors, and the CPU time per call of each relay process
+(``*_cpu_us_per_call``, from ``/proc``: each relay waits while the others are called, so
+its caches are cold, as a proxy's are between an agent's calls). Written to
+bench/results/mcp.json.
 
 Servers (both by default): ``filesystem`` (@modelcontextprotocol/server-filesystem,
 ``read_text_file`` of a small file, a sub-millisecond call; needs ``npm ci --prefix
