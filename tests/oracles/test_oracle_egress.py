@@ -690,6 +690,31 @@ async def test_probe_attributes_proxy_flows_by_time_window() -> None:
     assert [e.path for e in (await probe.finish()).egress] == ["/before", "/overlap"]
 
 
+async def test_closed_windows_are_kept_while_they_can_matter_and_no_longer() -> None:
+    """A closed window still makes a flow ambiguous for a call that overlapped it; once
+    no call in flight overlaps it, it is dropped: a long session keeps no window a call."""
+    probe = EgressProbe()
+    await probe.start()
+
+    def proxy_flow(path: str) -> None:
+        flow = EgressFlow(method="GET", scheme="http", host="h.test", port=80, path=path)
+        probe.sink(flow)
+        flow.done = True
+        probe.sink(flow)
+
+    await probe.before_call("a")
+    await probe.before_call("b")
+    proxy_flow("/both")  # started while a and b were in flight
+    assert not await probe.after_call("a")
+    assert not await probe.after_call("b")  # a's window, closed, still covers the start
+    for i in range(1000):
+        await probe.before_call(f"c{i}")
+        proxy_flow(f"/c{i}")
+        assert [e.path for e in (await probe.after_call(f"c{i}")).egress] == [f"/c{i}"]
+    assert len(probe._windows) <= 1
+    assert [e.path for e in (await probe.finish()).egress] == ["/both"]
+
+
 async def test_calling_scopes_in_process_requests() -> None:
     probe = EgressProbe(EgressPolicy({}, default="deny"))
     await probe.start()

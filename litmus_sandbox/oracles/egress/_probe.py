@@ -54,6 +54,11 @@ from litmus_sandbox.oracles.egress._flow import EgressFlow, current_call
 from litmus_sandbox.oracles.egress._replay import HttpCassette, HttpRecorder, Replaying
 from litmus_sandbox.oracles.egress._transport import EgressTransport, SyncEgressTransport
 
+#: The end of a window still open.
+_OPEN = float("inf")
+#: What a call that reached nothing gets (frozen: one object serves every call).
+_NO_EFFECTS = Effects()
+
 #: Client options httpx applies to its default transport only.
 _TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "trust_env")
 
@@ -203,6 +208,9 @@ class EgressProbe:
             for flow in self._flows:
                 (mine if self._belongs(flow, call_id, window) else rest).append(flow)
             self._flows = rest
+            self._forget_windows(end)
+        if not mine:
+            return _NO_EFFECTS
         mine.sort(key=lambda f: f.started)
         # The request carried the call's id (in process), or started in its window alone.
         return Effects(
@@ -210,6 +218,20 @@ class EgressProbe:
                 _tied(f.event(), "context" if f.call_id is not None else "window") for f in mine
             )
         )
+
+    def _forget_windows(self, now: float) -> None:
+        """Drop the closed windows no flow can be tied to any more (caller holds the lock).
+
+        A closed window only counts for the flows a call still in flight or yet to come
+        claims by time, which start after that call's window opens: one that closed
+        before every open window opened (before ``now``, with none open) can no longer
+        make a flow ambiguous, nor be claimed by id. Without this, a long session would
+        keep a window a call, and look through them all for every flow.
+        """
+        opened = [w[0] for w in self._windows.values() if w[1] == _OPEN]
+        horizon = min(opened, default=now)
+        if any(w[1] < horizon for w in self._windows.values()):
+            self._windows = {k: w for k, w in self._windows.items() if w[1] >= horizon}
 
     def _claimable(self, flow: EgressFlow) -> bool:
         """Whether a call still in flight may yet claim ``flow`` (caller holds the lock)."""
