@@ -14,6 +14,7 @@ import pytest
 from litmus_sandbox._cli import gate as gate_cli
 from litmus_sandbox._cli import main as cli
 from litmus_sandbox._core import probe, suite
+from litmus_sandbox._store import streams
 
 
 def _legacy(case: str, safe: bool = True, judge: str = "j1") -> str:
@@ -169,7 +170,7 @@ def test_a_probe_that_gives_up_reads_the_candidate_again_and_warns_once(
     b.write_text("".join(b_lines))
     c.write_text("".join(c_lines) + '{"run_id": "torn", "sa')
     opened: list[str] = []
-    real_iter = gate_cli.iter_verdicts
+    real_iter = streams.iter_verdicts
 
     def counting(path: str, *args: Any, **kw: Any) -> Any:
         opened.append(path)
