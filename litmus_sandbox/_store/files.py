@@ -164,11 +164,13 @@ def iter_lines(
 
 def iter_blocks(
     f: BinaryIO, path: str, max_line: int | None = None, block: int = BLOCK_BYTES
-) -> Iterator[tuple[int, bytes, int]]:
-    """Yield ``(number of its first line, block, its newlines)``: the lines of ``f`` in
+) -> Iterator[tuple[int, bytes, list[bytes]]]:
+    """Yield ``(number of its first line, block, its lines)``: the lines of ``f`` in
     runs of whole lines, newlines included; the last block may end with a line that has
     no newline. A block is one read, and the rest of the line it ends in (read at once,
-    so the bytes are copied once more at most).
+    so the bytes are copied once more at most). Its lines are ``block.split(b"\\n")``:
+    as fast as counting its newlines, and they tell more (one more than its newlines,
+    the last empty when the block ends with one).
 
     Raises:
         RecordDecodeError: a line longer than the cap (named ``file:line``).
@@ -188,9 +190,9 @@ def iter_blocks(
                     path, lineno + chunk.count(b"\n", 0, start), _too_long(limit)
                 )
             chunk += tail
-        newlines = chunk.count(b"\n")
-        yield lineno, chunk, newlines
-        lineno += newlines
+        lines = chunk.split(b"\n")
+        yield lineno, chunk, lines
+        lineno += len(lines) - 1
 
 
 def read_bounded_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:

@@ -393,28 +393,33 @@ def iter_verdict_records(
     p = os.fspath(path)
     kinds = LegacyKinds()
     with open_input(p) as f:
-        for first, block, newlines in iter_blocks(f, p, max_line):
+        for first, block, lines in iter_blocks(f, p, max_line):
             if not block.endswith(b"\n"):  # the last line, with no newline
                 yield from _slow_block(p, first, block, warnings, ended=False)
                 return
-            fast = _fast_block(block, newlines, kinds)
+            fast = _fast_block(block, lines, kinds)
             if fast is not None:
                 yield fast
             else:
                 yield from _slow_block(p, first, block, warnings, ended=True)
 
 
-def _fast_block(block: bytes, newlines: int, kinds: LegacyKinds) -> list[VerdictRecord] | None:
+def _fast_block(block: bytes, lines: list[bytes], kinds: LegacyKinds) -> list[VerdictRecord] | None:
     """Decode a block of whole well-formed lines in one call, or None to go line by line.
 
     A record a line: ``decode_lines`` also reads two objects on one line, or none on a
-    blank one, so the records must be as many as the lines. Legacy verdicts are tried
-    first: when the block's colons are just the members they imply, no line has another
-    key (a ``kind`` above all), and nothing else need be looked at. Otherwise a block that
-    names no ``kind`` can only hold legacy verdicts; one that does is decoded as this
-    library's records (a legacy line among them sends the block to the line-by-line
-    reader, which tells each line by its own fields).
+    blank one (which could make up for the other), so the records must be as many as the
+    lines, and every line must start with ``{`` (told by the least of them: whitespace,
+    and every other byte a JSON value may start with, sorts before it). Legacy verdicts are tried first: when
+    the block's colons are just the members they imply, no line has another key (a
+    ``kind`` above all), and nothing else need be looked at. Otherwise a block that names
+    no ``kind`` can only hold legacy verdicts; one that does is decoded as this library's
+    records (a legacy line among them sends the block to the line-by-line reader, which
+    tells each line by its own fields).
     """
+    newlines = len(lines) - 1  # the block ends with a newline: the last is empty
+    if not min(lines[:newlines], default=b"").startswith(b"{"):
+        return None
     try:
         records: list[Any] | None = legacy_fast_decoder.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):

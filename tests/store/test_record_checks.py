@@ -93,20 +93,26 @@ def test_a_legacy_file_as_json_dumps_writes_it_reads_fast_and_whole(tmp_path: Pa
     assert [v.case_id for v in stream.verdicts] == [f"r{i}" for i in range(50)]
 
 
+@pytest.mark.parametrize("blank", [None, "", "   ", "\r", "\t "])
 @pytest.mark.parametrize("native", [False, True])
 def test_two_records_on_one_line_are_refused_however_the_block_reads(
-    tmp_path: Path, native: bool
+    tmp_path: Path, native: bool, blank: str | None
 ) -> None:
     """The block decoder reads two objects on one line as two records; the line-by-line
-    reader does not: a line is one record, whichever reader looks at it."""
+    reader does not: a line is one record, whichever reader looks at it, also when a
+    blank line in the same block (no record) makes up the count."""
     one = _VERDICT if native else _LEGACY
     lines = [one.replace('"a"' if native else '"r"', f'"c{i}"') for i in range(2000)]
     lines[1200] += lines[1201]  # one writer's line without its newline
     del lines[1201]
+    if blank is not None:
+        lines.insert(1500, blank)
     with pytest.raises(RecordDecodeError, match=r"v\.jsonl:1201: not valid JSON"):
         read_verdicts(_write(tmp_path / "v.jsonl", lines))
     # Blank lines between records are no records, and lose none.
     lines[1200:1201] = ["", "   "]
+    if blank is not None:
+        del lines[1501]
     got = read_verdicts(_write(tmp_path / "w.jsonl", lines)).verdicts
     assert [v.case_id for v in got] == [f"c{i}" for i in range(2000) if i not in (1200, 1201)]
 
