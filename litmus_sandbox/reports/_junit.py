@@ -78,7 +78,6 @@ class JunitWriter(Writer):
             self.spool.write(rank(case), text(line))
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
-        del warnings
         decision, code = self.decision(summary)
         head = (
             '<?xml version="1.0" encoding="utf-8"?>\n'
@@ -91,6 +90,9 @@ class JunitWriter(Writer):
         )
         self.out.write(text(head))
         self.copy_ranks()
+        if warnings:  # what the readers tolerated (a torn last line): the suite's stderr
+            lines = "".join(f"{escape(w)}\n" for w in warnings)
+            self.out.write(text(f"  <system-err>{lines}</system-err>\n"))
         self.out.write(b"</testsuite>\n")
 
 

@@ -264,3 +264,21 @@ def test_a_memory_budget_is_a_size(tmp_path: Path, capsys: pytest.CaptureFixture
         cli.main(["gate", "--baseline", str(b), "--candidate", str(c), "--memory-budget", "lots"])
     assert exc.value.code == 2
     assert "expected a positive size" in capsys.readouterr().err
+
+
+def test_junit_carries_the_readers_warnings_as_the_suites_stderr(tmp_path: Path) -> None:
+    """A torn last line is reported in every format: JUnit's is the suite's system-err."""
+    b, c = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    b.write_text(_legacy("a") + _legacy("b"))
+    c.write_text(_legacy("a") + _legacy("b", safe=False) + '{"run_id": "torn", "sa')
+    code, text = _gate(tmp_path, "--baseline", str(b), "--candidate", str(c), "--format", "junit")
+    assert code == 1
+    suite_el = ET.fromstring(text)
+    [err] = suite_el.findall("system-err")
+    assert (
+        err.text == f"{c}:3: warning: torn last line (the writer stopped mid-record); "
+        "kept every whole line\n"
+    )
+    c.write_text(_legacy("a") + _legacy("b", safe=False))
+    _, clean = _gate(tmp_path, "--baseline", str(b), "--candidate", str(c), "--format", "junit")
+    assert ET.fromstring(clean).findall("system-err") == []
