@@ -663,25 +663,27 @@ async def test_probe_attributes_by_call_id_even_when_calls_overlap() -> None:
     assert not await probe.finish()
 
 
+def _proxy_flow(probe: EgressProbe, path: str) -> None:
+    """A flow as the forward proxy reports it: no call id, opened then done."""
+    flow = EgressFlow(method="GET", scheme="http", host="h.test", port=80, path=path)
+    probe.sink(flow)
+    flow.done = True
+    probe.sink(flow)
+
+
 async def test_probe_attributes_proxy_flows_by_time_window() -> None:
     """Flows without a call id go to the only call in flight; overlapping calls make
     them ambiguous, and finish() reports them as unattributed."""
     probe = EgressProbe()
     await probe.start()
 
-    def proxy_flow(path: str) -> None:
-        flow = EgressFlow(method="GET", scheme="http", host="h.test", port=80, path=path)
-        probe.sink(flow)
-        flow.done = True
-        probe.sink(flow)
-
-    proxy_flow("/before")
+    _proxy_flow(probe, "/before")
     await probe.before_call("a")
-    proxy_flow("/alone")
+    _proxy_flow(probe, "/alone")
     effects_a = await probe.after_call("a")
     await probe.before_call("b")
     await probe.before_call("c")
-    proxy_flow("/overlap")
+    _proxy_flow(probe, "/overlap")
     effects_b = await probe.after_call("b")
     effects_c = await probe.after_call("c")
     assert [e.path for e in effects_a.egress] == ["/alone"]
@@ -696,20 +698,14 @@ async def test_closed_windows_are_kept_while_they_can_matter_and_no_longer() -> 
     probe = EgressProbe()
     await probe.start()
 
-    def proxy_flow(path: str) -> None:
-        flow = EgressFlow(method="GET", scheme="http", host="h.test", port=80, path=path)
-        probe.sink(flow)
-        flow.done = True
-        probe.sink(flow)
-
     await probe.before_call("a")
     await probe.before_call("b")
-    proxy_flow("/both")  # started while a and b were in flight
+    _proxy_flow(probe, "/both")  # started while a and b were in flight
     assert not await probe.after_call("a")
     assert not await probe.after_call("b")  # a's window, closed, still covers the start
     for i in range(1000):
         await probe.before_call(f"c{i}")
-        proxy_flow(f"/c{i}")
+        _proxy_flow(probe, f"/c{i}")
         assert [e.path for e in (await probe.after_call(f"c{i}")).egress] == [f"/c{i}"]
     assert len(probe._windows) <= 1
     assert [e.path for e in (await probe.finish()).egress] == ["/both"]
