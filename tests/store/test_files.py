@@ -154,9 +154,9 @@ def test_blocks_hold_every_line_and_find_every_line_over_the_cap(
     assert not too_long
     assert b"".join(b for _, b, _ in got) == data
     offset = 0
-    for i, (first, b, lines) in enumerate(got):
+    for i, (first, b, split) in enumerate(got):
         assert first == data[:offset].count(b"\n") + 1
-        assert lines == b.split(b"\n")
+        assert split == b.split(b"\n")
         assert b.endswith(b"\n") or i == len(got) - 1
         offset += len(b)
     lines = list(iter_lines(io.BytesIO(data), "f", limit))
