@@ -140,9 +140,7 @@ class Relay(Tasks, Guard):
         if self.stopped is not None:
             return []
         self.sent_anything = True
-        depth = self.max_depth
-        # The bracket count settles almost every line (too_deep's own first test).
-        if line.count(b"[") + line.count(b"{") > depth and too_deep(line, depth):
+        if too_deep(line, self.max_depth):
             why = f"a message nested deeper than {self.max_depth} levels"
             return [
                 *self._refuse(
@@ -289,8 +287,7 @@ class Relay(Tasks, Guard):
             return []
         if not line.endswith(b"\n"):
             return self._drop("unterminated")
-        depth = self.max_depth
-        if line.count(b"[") + line.count(b"{") > depth and too_deep(line, depth):
+        if too_deep(line, self.max_depth):
             why = f"the MCP server sent a message nested deeper than {self.max_depth} levels"
             return [CutOff(why), Abort(why)]
         msg = parse(line)
