@@ -408,37 +408,40 @@ def _fast_block(block: bytes, lines: list[bytes], kinds: LegacyKinds) -> list[Ve
     """Decode a block of whole well-formed lines in one call, or None to go line by line.
 
     A record a line: ``decode_lines`` also reads two objects on one line, or none on a
-    blank one (which could make up for the other), so the records must be as many as the
-    lines, and every line must start with ``{`` (told by the least of them: whitespace,
-    and every other byte a JSON value may start with, sorts before it). Legacy verdicts are tried first: when
-    the block's colons are just the members they imply, no line has another key (a
-    ``kind`` above all), and nothing else need be looked at. Otherwise a block that names
-    no ``kind`` can only hold legacy verdicts; one that does is decoded as this library's
-    records (a legacy line among them sends the block to the line-by-line reader, which
-    tells each line by its own fields).
+    blank one (which could make up for the other), so the records must be as many as
+    the lines, and every line must start with ``{`` (told by the least of them:
+    whitespace, and every other byte a JSON value may start with, sorts before it).
+
+    Legacy verdicts are tried first: when the block's colons are just the members they
+    imply, no line has another key (a ``kind`` above all), and nothing else need be
+    looked at. Otherwise a block that names no ``kind`` can only hold legacy verdicts;
+    one that does is decoded as this library's records (a legacy line among them sends
+    the block to the line-by-line reader, which tells each line by its own fields).
     """
     newlines = len(lines) - 1  # the block ends with a newline: the last is empty
     if not min(lines[:newlines], default=b"").startswith(b"{"):
         return None
-    try:
-        records: list[Any] | None = legacy_fast_decoder.decode_lines(block)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        records = None
-    if records is not None and len(records) != newlines:
-        return None
+    records = _decoded(legacy_fast_decoder, block, newlines)
     if records is not None and kinds.members_distinct(records, block):
         return records
     legacy = b'"kind"' not in block
     if not legacy:
-        try:
-            records = verdict_fast_decoder.decode_lines(block)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            return None  # the per-line reader names the line and its problem
-    if records is None or len(records) != newlines:
-        return None
+        records = _decoded(verdict_fast_decoder, block, newlines)
+    if records is None:
+        return None  # the per-line reader names the line and its problem
     if not canonical_block(records, block, legacy=legacy) and block_duplicate(block, 1):
         return None  # the per-line reader names the line with the duplicate key
     return records
+
+
+def _decoded(decoder: msgspec.json.Decoder[Any], block: bytes, lines: int) -> list[Any] | None:
+    """What ``decoder`` decodes ``block`` into, if it does, a record for each of its
+    ``lines`` (objects as many as lines: the same whichever decoder reads them)."""
+    try:
+        records: list[Any] = decoder.decode_lines(block)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return records if len(records) == lines else None
 
 
 def _slow_block(
