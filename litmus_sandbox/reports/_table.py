@@ -142,11 +142,10 @@ class TableWriter(Writer):
                     for case_id, number, first, more in _rows.decode_lines(block):
                         if number >= 0:
                             first, further = shared[number]
-                            rows.append(f"{case_id:<{width}}  {first}\n")
-                            rows.append(further)
                         else:
-                            rows.append(f"{case_id:<{width}}  {first}\n")
-                            rows.extend(f"{pad}    {line}\n" for line in more)
+                            further = "".join(f"{pad}    {line}\n" for line in more)
+                        rows.append(f"{case_id:<{width}}  {first}\n")
+                        rows.append(further)
                     out.write(self._text("".join(rows)))
             out.write(b"\n")
         lines: list[str] = []
