@@ -204,11 +204,13 @@ class EgressProbe:
             window = self._windows.setdefault(call_id, [end, end])
             window[1] = end
             mine: list[EgressFlow] = []
-            rest: list[EgressFlow] = []
-            for flow in self._flows:
-                (mine if self._belongs(flow, call_id, window) else rest).append(flow)
-            self._flows = rest
-            self._forget_windows(end)
+            if self._flows:
+                rest: list[EgressFlow] = []
+                for flow in self._flows:
+                    (mine if self._belongs(flow, call_id, window) else rest).append(flow)
+                self._flows = rest
+            if len(self._windows) > 1:
+                self._forget_windows(end)
         if not mine:
             return _NO_EFFECTS
         mine.sort(key=lambda f: f.started)
@@ -226,12 +228,16 @@ class EgressProbe:
         claims by time, which start after that call's window opens: one that closed
         before every open window opened (before ``now``, with none open) can no longer
         make a flow ambiguous, nor be claimed by id. Without this, a long session would
-        keep a window a call, and look through them all for every flow.
+        keep a window a call, and look through them all for every flow. (Plain loops: this
+        runs once a call, on a relay's hot path.)
         """
-        opened = [w[0] for w in self._windows.values() if w[1] == _OPEN]
-        horizon = min(opened, default=now)
-        if any(w[1] < horizon for w in self._windows.values()):
-            self._windows = {k: w for k, w in self._windows.items() if w[1] >= horizon}
+        horizon = now
+        for start, end in self._windows.values():
+            if end == _OPEN and start < horizon:
+                horizon = start
+        stale = [call_id for call_id, (_, end) in self._windows.items() if end < horizon]
+        for call_id in stale:
+            del self._windows[call_id]
 
     def _claimable(self, flow: EgressFlow) -> bool:
         """Whether a call still in flight may yet claim ``flow`` (caller holds the lock)."""
