@@ -11,14 +11,20 @@ runs in a task, between the probes), a fourth behind ``bench/byte_relay.py``, wh
 copies bytes and parses nothing (what the two extra process hops alone cost), and a
 fifth behind the minimal recording relay written here (``--recording-relay``: it parses
 each line, and appends a record of each answered ``tools/call`` before it relays the
-answer): the floor for a relay that records. The proxy runs on its default loop
-(``--loop auto``: uvloop when installed); the same proxy on the standard library's loop
-(``--loop asyncio``) and the recording relay on uvloop join the rotation too, so that
-each loop is compared like with like. Calls rotate between them (interleaved, so
-machine noise hits all alike) after a warm-up. Reports the median call time of each,
-the median time added, and the ratio to direct, for the proxy (the goal: at most
-0.2 ms added, and a ratio of at most 1.15 on the filesystem server), with the
-filesystem oracle, and for the floors, and the CPU time per call of each relay process
+answer): the floor for a relay that records; a sixth behind ``bench/contract_relay.py``,
+which also does, the cheapest sound way, what the proxy's contract asks of each call (the
+limits, the checks that make a call recordable, the policy, the request table, the
+egress window, the step in the episode format with the upstream envelope and its hash,
+written before the answer is relayed): the floor for a relay that keeps the contract.
+The proxy runs on its default loop (``--loop auto``: uvloop when installed); the same
+proxy on the standard library's loop (``--loop asyncio``) and the recording relay on
+uvloop join the rotation too, so that each loop is compared like with like. Calls
+rotate between them after a warm-up: interleaved, so that machine noise hits all alike,
+and in a fresh random order each round, so that none always follows another (whose
+traces in the caches it would always find). Reports the median call time of each, the
+median time added, and the ratio to direct, for the proxy (the goal: at most 0.2 ms
+added, and a ratio of at most 1.15 on the filesystem server), with the filesystem
+oracle, and for the floors, and the CPU time per call of each relay process
 (``*_cpu_us_per_call``, from ``/proc``: each relay waits while the others are called, so
 its caches are cold, as a proxy's are between an agent's calls). Written to
 bench/results/mcp.json.
@@ -41,6 +47,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -100,6 +107,9 @@ async def measure(
     minimal_uv = recordings / "bench.minimal-uvloop.jsonl"
     recorder_uv = [sys.executable, __file__, "--recording-relay-uvloop", str(minimal_uv), "--"]
     recorder_uv += server
+    contract = recordings / "bench.contract.jsonl"
+    keeper = [sys.executable, str(ROOT / "bench" / "contract_relay.py"), str(contract), "--"]
+    keeper += server
     direct_params = StdioServerParameters(command=server[0], args=server[1:], cwd=work)
     relay_params = StdioServerParameters(command=relay[0], args=relay[1:], cwd=work)
     oracle_params = StdioServerParameters(command=oracle[0], args=oracle[1:])
@@ -109,6 +119,7 @@ async def measure(
     recorder_uv_params = StdioServerParameters(
         command=recorder_uv[0], args=recorder_uv[1:], cwd=work
     )
+    keeper_params = StdioServerParameters(command=keeper[0], args=keeper[1:], cwd=work)
     baseline_params = [
         StdioServerParameters(
             command=sys.executable,
@@ -135,6 +146,7 @@ async def measure(
     minimal_s: list[float] = []
     stdlib_s: list[float] = []
     minimal_uv_s: list[float] = []
+    contract_s: list[float] = []
     async with contextlib.AsyncExitStack() as stack:
         open_ = stack.enter_async_context
         clients = [
@@ -145,6 +157,7 @@ async def measure(
             (await open_(Client(recorder_params, cache=None)), minimal_s),
             (await open_(Client(stdlib_params, cache=None)), stdlib_s),
             (await open_(Client(recorder_uv_params, cache=None)), minimal_uv_s),
+            (await open_(Client(keeper_params, cache=None)), contract_s),
         ]
         for params, out in zip(baseline_params, baseline_s, strict=True):
             clients.append((await open_(Client(params, cache=None)), out))
@@ -160,14 +173,18 @@ async def measure(
                 ("asyncio_loop", str(on_asyncio)),
                 ("recording_relay", str(minimal)),
                 ("recording_relay_uvloop", str(minimal_uv)),
+                ("contract_relay", str(contract)),
                 ("byte_relay", "byte_relay.py"),
                 *((f"baseline{i}", f"baseline{i}.episodes") for i in range(len(baselines))),
             )
         }
         cpu_before = {name: _cpu_seconds(pid) for name, pid in relays.items()}
-        for i in range(calls):
-            # Rotate which goes first, so none always follows another.
-            for client, out in clients[i % len(clients) :] + clients[: i % len(clients)]:
+        order = random.Random(0)
+        for _ in range(calls):
+            # A fresh order each round: none always follows another (a process called
+            # right after another finds the caches as that one left them).
+            order.shuffle(clients)
+            for client, out in clients:
                 t0 = time.perf_counter()
                 result = await client.call_tool(tool, args)
                 out.append(time.perf_counter() - t0)
@@ -180,6 +197,7 @@ async def measure(
     o, f = statistics.median(oracle_s), statistics.median(floor_s)
     m = statistics.median(minimal_s)
     a, mu = statistics.median(stdlib_s), statistics.median(minimal_uv_s)
+    k = statistics.median(contract_s)
     return {
         "server": kind,
         "tool": tool,
@@ -201,12 +219,16 @@ async def measure(
         "asyncio_loop_ratio": a / d,
         "recording_relay_uvloop_added_median_ms": (mu - d) * 1e3,
         "recording_relay_uvloop_ratio": mu / d,
+        "contract_relay_added_median_ms": (k - d) * 1e3,
+        "contract_relay_ratio": k / d,
         "recorded_steps_bytes": episodes.stat().st_size,
+        "contract_relay_steps_bytes": contract.stat().st_size,
         # CPU per call (user + system, from /proc) of each relay process.
         "proxy_cpu_us_per_call": cpu_us["proxy"],
         "asyncio_loop_cpu_us_per_call": cpu_us["asyncio_loop"],
         "recording_relay_cpu_us_per_call": cpu_us["recording_relay"],
         "recording_relay_uvloop_cpu_us_per_call": cpu_us["recording_relay_uvloop"],
+        "contract_relay_cpu_us_per_call": cpu_us["contract_relay"],
         "byte_relay_cpu_us_per_call": cpu_us["byte_relay"],
         "baselines": {
             name or f"baseline{i or ''}": {
@@ -334,9 +356,11 @@ async def _rotate(calls: int, *urls: str, cpu_of: tuple[int, ...] = ()) -> tuple
             for client in clients:
                 await client.call_tool("echo", args)
         order = list(range(len(clients)))
+        shuffled = random.Random(0)
         cpu = [-_cpu_seconds(pid) for pid in cpu_of]
-        for i in range(calls):
-            for j in order[i % len(order) :] + order[: i % len(order)]:
+        for _ in range(calls):
+            shuffled.shuffle(order)  # a fresh order each round, as in measure()
+            for j in order:
                 t0 = time.perf_counter()
                 result = await clients[j].call_tool("echo", args)
                 times[j].append(time.perf_counter() - t0)
