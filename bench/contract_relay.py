@@ -23,7 +23,6 @@ The episode's header and end record are written once, outside the calls.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import subprocess
@@ -34,6 +33,7 @@ from typing import Any
 
 import msgspec
 import uvloop
+from relay_io import relay
 
 from litmus_sandbox._model.records import SCHEMA_VERSION, Shown, ToolCallStep
 
@@ -54,11 +54,6 @@ def run(record_to: str, server_cmd: list[str]) -> None:
     windows: dict[str, float] = {}  # call id -> when its egress window opened
     flows: list[tuple[str | None, float]] = []  # (call id, started) the egress proxy saw
     count = 0
-
-    def write(fd: int, data: bytes) -> None:
-        os.set_blocking(fd, True)
-        os.write(fd, data)
-        os.set_blocking(fd, False)
 
     def append(data: bytes) -> None:
         done = 0
@@ -89,15 +84,15 @@ def run(record_to: str, server_cmd: list[str]) -> None:
         calls[rid] = (call_id, tool, args, time.time())
         return True
 
-    def from_server(line: bytes) -> None:
+    def from_server(line: bytes) -> bool:
         if not line.endswith(b"\n") or line.count(b"{") + line.count(b"[") > MAX_DEPTH:
-            return
+            return True
         msg = decode.decode(line)
         if type(msg) is not dict or "method" in msg:
-            return
+            return True
         rid = msg.get("id")
         if type(rid) not in (int, str) or (call := calls.pop(rid, None)) is None:
-            return
+            return True
         call_id, tool, args, started = call
         opened = windows.pop(call_id)
         if flows:  # the flows tied to this call: its id, or started in its window
@@ -135,45 +130,9 @@ def run(record_to: str, server_cmd: list[str]) -> None:
             },
         )
         append(encode(step) + b"\n")
+        return True
 
-    def pump(
-        loop: asyncio.AbstractEventLoop,
-        src: int,
-        dst: int,
-        on_line: Any,
-        done: asyncio.Future[None],
-    ) -> Any:
-        buf = bytearray()
-
-        def ready() -> None:
-            try:
-                data = os.read(src, 1 << 16)
-            except BlockingIOError:
-                return
-            if not data:
-                loop.remove_reader(src)
-                if not done.done():
-                    done.set_result(None)
-                return
-            buf.extend(data)
-            while (i := buf.find(b"\n")) >= 0:
-                line = bytes(buf[: i + 1])
-                del buf[: i + 1]
-                if on_line(line) is not False:
-                    write(dst, line)
-
-        return ready
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        for fd in (0, 1, server_in, server_out):
-            os.set_blocking(fd, False)
-        loop.add_reader(0, pump(loop, 0, server_in, from_client, done))
-        loop.add_reader(server_out, pump(loop, server_out, 1, from_server, done))
-        await done
-
-    uvloop.run(main())
+    uvloop.run(relay(server_in, server_out, from_client, from_server))
     server.stdin.close()
     server.wait()
     os.close(record_fd)

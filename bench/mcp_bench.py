@@ -62,6 +62,7 @@ import anyio
 import msgspec
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from relay_io import relay
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_SCRIPT = (
@@ -381,51 +382,18 @@ def recording_relay(record_to: str, server_cmd: list[str], *, uvloop: bool = Fal
     """The floor of a relay that records: asyncio reader callbacks, one parse per line,
     and for each answered ``tools/call`` one record appended (written, not fsynced)
     before the answer is relayed. Nothing else: no policy, no probes, no timeouts.
-    ``uvloop``: the same on uvloop's event loop (the proxy's, when installed)."""
+    ``uvloop``: the same on uvloop's event loop (the proxy's, when installed). The I/O
+    (``relay_io.py``) is the contract floor's too."""
     import asyncio
-    import os
 
     decode = msgspec.json.Decoder()
     encode = msgspec.json.Encoder()
     server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert server.stdin is not None
     assert server.stdout is not None
-    to_server, from_server = server.stdin.fileno(), server.stdout.fileno()
+    server_in, server_out = server.stdin.fileno(), server.stdout.fileno()
     out = open(record_to, "ab")  # noqa: SIM115 - held for the relay's life
     calls: dict[Any, tuple[str, float]] = {}
-
-    def write(fd: int, data: bytes) -> None:
-        os.set_blocking(fd, True)
-        os.write(fd, data)
-        os.set_blocking(fd, False)
-
-    def pump(
-        loop: asyncio.AbstractEventLoop,
-        src: int,
-        dst: int,
-        on_line: Any,
-        done: asyncio.Future[None],
-    ) -> Any:
-        buf = bytearray()
-
-        def ready() -> None:
-            try:
-                data = os.read(src, 1 << 16)
-            except BlockingIOError:
-                return
-            if not data:
-                loop.remove_reader(src)
-                if not done.done():
-                    done.set_result(None)
-                return
-            buf.extend(data)
-            while (i := buf.find(b"\n")) >= 0:
-                line = bytes(buf[: i + 1])
-                del buf[: i + 1]
-                on_line(line)
-                write(dst, line)
-
-        return ready
 
     def from_client(line: bytes) -> None:
         msg = decode.decode(line)
@@ -440,21 +408,13 @@ def recording_relay(record_to: str, server_cmd: list[str], *, uvloop: bool = Fal
             out.write(encode.encode(record) + b"\n")
             out.flush()
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        for fd in (0, 1, to_server, from_server):
-            os.set_blocking(fd, False)
-        loop.add_reader(0, pump(loop, 0, to_server, from_client, done))
-        loop.add_reader(from_server, pump(loop, from_server, 1, from_server_line, done))
-        await done
-
+    pumps = relay(server_in, server_out, from_client, from_server_line)
     if uvloop:
         import uvloop as uv
 
-        uv.run(run())
+        uv.run(pumps)
     else:
-        asyncio.run(run())
+        asyncio.run(pumps)
     server.stdin.close()
     server.wait()
 
