@@ -12,7 +12,9 @@ trip through the loop: the relay's hot path), else it is queued and a flusher wr
 so a server that stops reading never blocks the client's pump (past
 ``max_message_bytes`` queued, the pump waits: memory stays bounded). To the client,
 under a lock; a client that reads nothing for ``timeout`` seconds while an answer waits
-is recorded as such (the episode aborts saying so) and gets nothing more.
+is recorded as such (the episode aborts saying so) and gets nothing more. A call's reply
+the client never gets (it stopped reading, or closed its output) is counted in the end
+record (``undelivered_replies``): its step, written first, says what was sent.
 """
 
 from __future__ import annotations
@@ -131,6 +133,15 @@ class SessionBase(abc.ABC):
         self._fd_out = client_out if isinstance(client_out, FdSendStream) else None
         self._client_flush = False
         self._server_flush = False
+        #: Call replies queued for the client since its pipe last took everything, and
+        #: those it never got (its output closed, or it stopped reading): the steps say
+        #: ``relay``/``result``/``error``, the end record says they did not arrive.
+        self._queued_replies = 0
+        self._undelivered = 0
+        #: Bytes the client never got once it stopped reading (None: it did not).
+        self._unsent: int | None = None
+        #: The session is over: replies are not owed any more (``_record_quietly``).
+        self._over = False
         #: The clock the core is fed (the event loop's, read without anyio's lookups),
         #: and when the client's line being handled was read.
         self._now = anyio.current_time
@@ -257,6 +268,7 @@ class SessionBase(abc.ABC):
     def _to_client_now(self, data: bytes) -> None:
         """Write to the client's pipe, or queue behind what waits (ordered by the stream)."""
         if self._client_broken:
+            self._lost(data)
             return
         out = self._fd_out
         assert out is not None
@@ -299,6 +311,7 @@ class SessionBase(abc.ABC):
 
     async def _to_client(self, data: bytes) -> None:
         if self._client_broken:
+            self._lost(data)
             return
         out = self._client_out
         try:
@@ -321,9 +334,40 @@ class SessionBase(abc.ABC):
             why = f"the client stopped reading ({out.pending_bytes} bytes unsent)"
             self._core.engaged = True
             self._slot.abort(why)
-            self._slot.end_note("client_stopped_reading", out.pending_bytes)
+            self._unsent = out.pending_bytes
+            self._slot.end_note("client_stopped_reading", self._unsent)
             print(f"litmus-sandbox: {why}", file=sys.stderr)
             self._client_broken = True
+            self._undelivered += self._queued_replies
+        else:
+            self._queued_replies = 0  # the client took everything queued
+        if self._undelivered:
+            self._slot.end_note("undelivered_replies", self._undelivered)
+
+    def _lost(self, data: bytes) -> None:
+        """Bytes for a client that stopped reading, never sent: counted as unsent."""
+        if self._unsent is not None:
+            self._unsent += len(data)
+            self._slot.end_note("client_stopped_reading", self._unsent)
+
+    def _reply_fate(self, pending: Pending) -> None:
+        """After a call's reply was written, or queued: note one the client will never
+        get (its output is closed, or it stopped reading). The step, written first, says
+        what was sent; the end record says it did not arrive, and the episode aborts."""
+        state = pending.call
+        if self._over or state is None or state.reply_kind == "none":
+            return
+        if self._client_broken:
+            self._undelivered += 1
+            self._slot.end_note("undelivered_replies", self._undelivered)
+            if self._unsent is None:  # else aborted already: it stopped reading
+                why = "the client hung up before the answer to a call reached it"
+                if not self._core.engaged or self._undelivered == 1:
+                    print(f"litmus-sandbox: {why}", file=sys.stderr)
+                self._core.engaged = True
+                self._slot.abort(why)
+        elif self._fd_out is not None and self._fd_out.pending_bytes:
+            self._queued_replies += 1
 
     async def _to_server(self, data: bytes) -> None:
         if self._upstream_broken:

@@ -106,6 +106,7 @@ class CallSession(SessionBase):
         if pending.kind == "call" and pending.inline:
             self._record_step(pending, action)
             await self.perform(self._core.recorded(pending))
+            self._reply_fate(pending)
         else:
             self._wake_task(action)
 
@@ -114,6 +115,7 @@ class CallSession(SessionBase):
         if pending.kind == "call" and pending.inline:
             self._record_step(pending, action)
             self.perform_now(self._core.recorded(pending))  # never waits: no StartCall
+            self._reply_fate(pending)
         else:
             self._wake_task(action)
 
@@ -176,6 +178,7 @@ class CallSession(SessionBase):
             finally:
                 task.dispatched.set()
             await self.perform(self._core.recorded(pending))
+            self._reply_fate(pending)
         finally:
             self._tasks -= 1
             if not self._tasks:

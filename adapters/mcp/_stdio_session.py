@@ -82,7 +82,7 @@ class Session(CallSession):
 
     async def _record_quietly(self, action: FinishCall) -> None:
         """Record an inline call's step with no reply (the session is over)."""
-        self._client_broken = True
+        self._client_broken = self._over = True
         await self._finish(action)
 
     @property

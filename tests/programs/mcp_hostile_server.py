@@ -12,7 +12,8 @@ says:
 * ``halfline`` - writes half of its answer, then exits with status 2;
 * ``badutf8`` - answers with invalid UTF-8 in its text;
 * ``junk`` - writes a log line on stdout, then answers;
-* ``big`` - answers with ``size`` bytes of text (default 1 MiB).
+* ``big`` - answers with ``size`` bytes of text (default 1 MiB);
+* ``slow`` - answers after ``seconds`` (default 1), reading nothing meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 LOG = sys.argv[1]
@@ -60,6 +62,9 @@ def call(rid: Any, name: Any, args: dict[str, Any]) -> None:
         result(rid, text("after junk"))
     elif name == "big":
         result(rid, text("b" * int(args.get("size", 1 << 20))))
+    elif name == "slow":
+        time.sleep(float(args.get("seconds", 1)))
+        result(rid, text("late"))
     else:
         result(rid, {**text(f"unknown tool {name}"), "isError": True})
 

@@ -15,7 +15,9 @@ Messages pass through byte for byte, except that a ``tools/call`` becomes a call
 driver records (``StartCall``, then :meth:`Relay.forward` when it goes to the server,
 ``FinishCall`` when it ends; :meth:`Relay.recorded` then gives the reply, so the client
 never holds an answer the record lacks); an answer to a request the proxy gave up on is
-dropped; the answers to the proxy's own requests never reach the client. A call the
+dropped (the client has an error for it), but a late answer to a call the client
+cancelled goes on, as a direct client gets it (``meta["mcp"]["late_answers_relayed"]``
+counts them); the answers to the proxy's own requests never reach the client. A call the
 server makes a task is recorded with the result ``tasks/result`` delivers (``_tasks.py``).
 
 Hostile peers. A client message over the size or depth limit gets a JSON-RPC error (with
@@ -65,6 +67,7 @@ from ._actions import (
     CutOff,
     FinishCall,
     KeepAnswer,
+    Note,
     Offer,
     StartCall,
     ToClient,
@@ -132,6 +135,8 @@ class Relay(Tasks, Guard):
         self._tasks: dict[str, Pending] = {}
         #: The proxy's own tasks (a stand-in result shown as a task), by task id.
         self._own_tasks: dict[str, dict[str, Any]] = {}
+        #: Late answers to cancelled calls relayed to the client.
+        self._late_answers = 0
 
     # -- the client -------------------------------------------------------------------
 
@@ -272,6 +277,7 @@ class Relay(Tasks, Guard):
         actions: list[Action] = []
         if pending.state in (State.STARTING, State.AT_SERVER):
             advance(pending, Event.GIVE_UP)
+            pending.cancelled = forwarded
             actions.append(FinishCall(pending, "interrupted"))  # the client expects no reply
         if forwarded:  # the server saw the call: it hears of the cancellation too
             actions += self._up(line)
@@ -316,7 +322,10 @@ class Relay(Tasks, Guard):
         if state is State.ABANDONED:
             advance(pending, Event.ANSWER)
             del self.pending[pending.key]
-            return []  # the late answer: the client has an error, or expects nothing
+            if pending.cancelled:  # on to the client, as a direct client gets it
+                self._late_answers += 1
+                return [Note("late_answers_relayed", self._late_answers), ToClient(line)]
+            return []  # the late answer: the client has an error for it, or it was ours
         body = msg.body
         assert body is not None
         if pending.kind == "call":

@@ -22,9 +22,12 @@ TASK      a call the server made a task (it answered ``CreateTaskResult``, which
           client's ``tasks/result``
 RECORDING a call's answer came; its step is being written, then the reply is sent
 ABANDONED the proxy gave up on it (timeout, the client cancelled it, the proxy's own
-          listing gave up): the client has its answer or expects none, so a late
-          answer from the server is dropped, never relayed; a driver that knows no
-          answer can come any more (HTTP, once its exchange is over) forgets it
+          listing gave up): the client has its answer or expects none. A late answer
+          to a call the client cancelled once the server had it goes on to the client
+          as the server sent it (a direct client gets it too, and ignores it); any
+          other late answer is dropped (the client has an error for it, or it was the
+          proxy's own); a driver that knows no answer can come any more (HTTP, once
+          its exchange is over) forgets it
 ========= =============================================================================
 
 :data:`TRANSITIONS` is the whole table: ``(state, event) -> next state`` (``None``:
@@ -97,7 +100,7 @@ TRANSITIONS: dict[tuple[State, Event], State | None] = {
     (S.RECORDING, E.ANSWER): S.RECORDING,  # a second answer to one id: dropped
     (S.RECORDING, E.GIVE_UP): S.RECORDING,  # too late to give up: the answer is in
     (S.RECORDING, E.END): None,
-    (S.ABANDONED, E.ANSWER): None,  # the late answer, dropped
+    (S.ABANDONED, E.ANSWER): None,  # the late answer: relayed if cancelled, else dropped
     (S.ABANDONED, E.GIVE_UP): S.ABANDONED,
     (S.ABANDONED, E.RECORDED): S.ABANDONED,
     (S.ABANDONED, E.END): None,
@@ -119,6 +122,7 @@ class Pending:
     __slots__ = (
         "args",
         "call",
+        "cancelled",
         "deadline",
         "handle",
         "id",
@@ -164,6 +168,9 @@ class Pending:
         self.task_requested = False
         #: The task a ``tasks/*`` request names (None for other requests).
         self.task_id: str | None = None
+        #: The client cancelled the call after the server had it (its late answer is
+        #: relayed, as the server sent it).
+        self.cancelled = False
         self.handle: Any = None
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def capped_proxy(tmp_path: Path, *options: str) -> Process:
+async def capped_proxy(tmp_path: Path, *options: str, stdout: int = subprocess.PIPE) -> Process:
     """The proxy in front of the hostile server, under ``RLIMIT_AS`` (set in the child
-    before it runs the proxy, as a ``preexec_fn`` would)."""
+    before it runs the proxy, as a ``preexec_fn`` would); ``stdout``: where it writes."""
     server = [sys.executable, str(PROGRAMS / "mcp_hostile_server.py"), str(tmp_path / "server")]
     proxy = [*PROXY, "--episodes", str(tmp_path / "eps.jsonl"), "--no-egress", *options]
     cap = (
@@ -42,6 +43,7 @@ async def capped_proxy(tmp_path: Path, *options: str) -> Process:
     return await anyio.open_process(
         [sys.executable, "-c", cap, *proxy, "--", *server],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=stdout,
         stderr=None,
         cwd=tmp_path,
     )
@@ -203,7 +205,68 @@ async def test_a_client_that_stops_reading_is_recorded_as_such(tmp_path: Path) -
     assert ep.end is not None
     assert ep.end.status == "aborted"
     assert "the client stopped reading" in (ep.end.reason or "")
-    assert ep.end.meta["mcp"]["client_stopped_reading"] > 0
+    # Every byte it never got is counted, the queued answer's and the later ones' alike
+    # (at least one whole answer), and so is every reply: the steps, written first, say
+    # what was sent (an answer relayed, or an error for a call that timed out meanwhile).
+    assert ep.end.meta["mcp"]["client_stopped_reading"] > 1 << 20
+    assert ep.end.meta["mcp"]["undelivered_replies"] == 4
+    assert {s.meta["mcp"]["reply"] for s in calls(ep)} <= {"relay", "error"}
+
+
+async def test_a_client_gone_before_its_answer_comes_is_recorded_as_such(
+    tmp_path: Path,
+) -> None:
+    """The client hangs up (input and output closed) while the server works on a call
+    it then answers: the step says the answer was relayed (it was written first), the
+    end record says it never arrived, and the run is not a complete one."""
+    read_end, write_end = os.pipe()  # the client's output pipe, to close for real
+    process = await capped_proxy(tmp_path, stdout=write_end)
+    os.close(write_end)
+    assert process.stdin is not None
+    await process.stdin.send(tool_call(1, "slow", {"seconds": 1}))
+    with anyio.fail_after(10):
+        # ASYNC110: the condition is a file the server writes; no event to wait on.
+        while b'"slow"' not in seen_by_server(tmp_path):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    os.close(read_end)
+    await process.stdin.aclose()
+    with anyio.fail_after(20):
+        assert await process.wait() == 0
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert (ep.end.status, ep.end.reason) == (
+        "aborted",
+        "the client hung up before the answer to a call reached it",
+    )
+    assert ep.end.meta["mcp"]["undelivered_replies"] == 1
+    (step,) = calls(ep)
+    assert (step.meta["mcp"]["outcome"], step.meta["mcp"]["reply"]) == ("result", "relay")
+
+
+async def test_a_late_answer_to_a_cancelled_call_reaches_the_client(tmp_path: Path) -> None:
+    """Cancelling changes nothing else on the wire: the server's answer, sent after the
+    cancel, reaches the client as a direct client gets it (and ignores it); the step
+    says the call was interrupted and the client shown nothing."""
+    client = RawClient(await capped_proxy(tmp_path))
+    await client.send(tool_call(1, "slow", {"seconds": 1}))
+    cancel = {"requestId": 1, "reason": "the agent moved on"}
+    await client.send(
+        line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+    )
+    late = await client.recv_json()
+    assert (late["id"], late["result"]["content"][0]["text"]) == (1, "late")
+    await client.send(tool_call(2, "echo", {"text": "after"}))
+    assert (await client.recv_json())["id"] == 2
+    assert await client.finish() == 0
+    assert b"notifications/cancelled" in seen_by_server(tmp_path)
+    ep = one_episode(tmp_path / "eps.jsonl")
+    assert ep.end is not None
+    assert ep.end.status == "complete"
+    assert ep.end.meta["mcp"]["late_answers_relayed"] == 1
+    slow, echo = calls(ep)
+    assert slow.actual is not None
+    assert (slow.actual.outcome, slow.meta["mcp"]["reply"]) == ("interrupted", "none")
+    assert echo.meta["mcp"]["outcome"] == "result"
 
 
 async def test_the_message_size_limit_has_a_documented_minimum(tmp_path: Path) -> None:
