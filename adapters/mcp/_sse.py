@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+_EOL = re.compile(rb"[\r\n]")
 
 
 class SseSplitter:
@@ -19,11 +20,16 @@ class SseSplitter:
         self._buf = bytearray()
         self._event_start = 0  # where the event being read starts in _buf
         self._pos = 0  # how far _buf has been split into lines
+        #: How far _buf is known to hold no line end (a long line is scanned once).
+        self._scanned = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the events they complete, in order."""
         self._buf += data
         events: list[bytes] = []
+        if _EOL.search(self._buf, max(self._pos, self._scanned)) is None:
+            self._scanned = len(self._buf)  # still inside one line: nothing more to split
+            return events
         while (m := _LINE.match(self._buf, self._pos)) is not None:
             end = m.end()
             if end == len(self._buf) and self._buf.endswith(b"\r"):
@@ -42,6 +48,7 @@ class SseSplitter:
             del self._buf[: self._event_start]
             self._pos -= self._event_start
             self._event_start = 0
+        self._scanned = self._pos  # a lone CR, or a line begun: scanned from there on
         return events
 
     def buffered(self) -> int:
