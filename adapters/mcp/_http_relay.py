@@ -174,6 +174,10 @@ class HttpRelay(HttpSessions):
             ):
                 tracked = self._open(response, headers, msg, down.conn_id, tracked)
                 opening = self.slot(tracked[0])
+                # The connection that carried the initialize carries its session: once it
+                # closes with nothing else of the session's open, the client is gone.
+                self.arrive(tracked[0], down.keys)
+                self.leave(tracked[0])
             ctype = response.headers.get("content-type", "")
             encoding = response.headers.get("content-encoding", "identity")
             status = response.status_code

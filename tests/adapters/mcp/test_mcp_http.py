@@ -168,3 +168,43 @@ async def test_an_unreachable_upstream_gets_json_rpc_errors(tmp_path: Path) -> N
     assert "unreachable" in (ep.end.reason or "")
     (step,) = calls(ep)
     assert step.meta["mcp"]["forwarded"] is False
+
+
+async def test_a_session_that_only_initialized_then_left_is_complete_at_a_signal(
+    tmp_path: Path, everything: str
+) -> None:
+    """The server names the session in its initialize answer; the client leaves with no
+    other request (no ``notifications/initialized``, no DELETE): its client is gone once
+    the connection that carried the initialize closes, and a signal then ends the
+    episode complete, not aborted."""
+    from litmus_sandbox.adapters.mcp import HttpProxy
+
+    proxy = HttpProxy(
+        everything, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=20, session_grace=None
+    )
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "one-shot", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve, "127.0.0.1", 0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            answered = await client.post("/mcp", json=init, headers=accept)
+            sid = answered.headers["mcp-session-id"]
+        with anyio.fail_after(10):
+            # ASYNC110: the proxy's view of its connections; no event to wait on.
+            while not proxy.gone(f"session:{sid}"):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        proxy.stop("the proxy was stopped by SIGTERM")
+        with anyio.fail_after(10):
+            await proxy.stopped.wait()
+    (ep,) = episodes(tmp_path / "eps.jsonl")
+    assert ep.complete
+    assert calls(ep) == []
