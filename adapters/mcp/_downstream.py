@@ -47,8 +47,22 @@ def header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
+class ClientStalled(anyio.BrokenResourceError):
+    """The client read nothing for ``stall_after`` seconds while a write waited for it:
+    it is treated as gone (its connection closes); ``unsent`` bytes at most reached it."""
+
+    def __init__(self, unsent: int, seconds: float) -> None:
+        self.unsent = unsent
+        super().__init__(f"the client stopped reading ({unsent} bytes unsent)")
+        self.seconds = seconds
+
+
 class Downstream:
-    """One HTTP/1.1 exchange with the client: send a response once, stream its body."""
+    """One HTTP/1.1 exchange with the client: send a response once, stream its body.
+
+    ``stall_after``: seconds a write may wait for the client to read (None: forever);
+    past them it raises :class:`ClientStalled`.
+    """
 
     def __init__(
         self,
@@ -56,9 +70,11 @@ class Downstream:
         stream: SocketStream,
         conn_id: int = 0,
         keys: set[str] | None = None,
+        stall_after: float | None = None,
     ) -> None:
         self.conn = conn
         self.stream = stream
+        self.stall_after = stall_after
         #: Which client connection this exchange is on, and the sessions it has carried.
         self.conn_id = conn_id
         self.keys: set[str] = keys if keys is not None else set()
@@ -87,11 +103,21 @@ class Downstream:
             self._out += self.conn.send(h11.EndOfMessage())
 
     async def flush(self) -> None:
-        """Send what is queued, in one write."""
+        """Send what is queued, in one write.
+
+        Raises:
+            ClientStalled: the client read nothing for ``stall_after`` seconds.
+        """
         if self._out:
             data = bytes(self._out)
             self._out.clear()
-            await self.stream.send(data)
+            if self.stall_after is None:
+                await self.stream.send(data)
+                return
+            with anyio.move_on_after(self.stall_after) as scope:
+                await self.stream.send(data)
+            if scope.cancelled_caught:
+                raise ClientStalled(len(data), self.stall_after)
 
     def discard(self) -> None:
         """Drop what is queued (the client left)."""

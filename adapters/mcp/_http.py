@@ -201,7 +201,7 @@ class HttpProxy(HttpEndpoint):
                 if request is None:
                     return
                 event, body = request
-                down = Downstream(conn, stream, conn_id, keys)
+                down = Downstream(conn, stream, conn_id, keys, self.timeout or 60)
                 try:
                     if isinstance(body, LineTooLong):
                         await self._too_long(down, event, body)

@@ -27,13 +27,14 @@ stream goes on to the client as the server keeps it, until the server ends it.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import anyio
 
 from litmus_sandbox import ConfigError, OpenCall
 
-from ._downstream import Downstream
+from ._downstream import ClientStalled, Downstream
 from ._http_exchange import CLIENT_GONE as CLIENT_GONE
 from ._http_exchange import CutOff, Exchange, Undecodable
 from ._http_sessions import HttpSessions
@@ -184,7 +185,16 @@ class HttpToolCall:
             ):
                 # No HTTP answer at all (connection refused or dropped mid-stream).
                 slot.abort(state.failure or "the MCP server did not answer")
-            await self._send_reply()
+            try:
+                await self._send_reply()
+            except ClientStalled as exc:
+                # The step says what was sent; the end record says it did not arrive.
+                slot.abort(str(exc))
+                slot.end_note("client_stopped_reading", exc.unsent)
+                self.proxy.undelivered[self.key] = self.proxy.undelivered.get(self.key, 0) + 1
+                slot.end_note("undelivered_replies", self.proxy.undelivered[self.key])
+                print(f"litmus-sandbox: {exc}", file=sys.stderr)
+                raise
         finally:
             proxy.calls.pop(call_key, None)
             if pending.state is State.ABANDONED:

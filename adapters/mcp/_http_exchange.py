@@ -31,7 +31,7 @@ import httpx
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._downstream import CHUNK, Downstream, forwardable
+from ._downstream import CHUNK, ClientStalled, Downstream, forwardable
 from ._http_answer import read_raw
 from ._jsonrpc import id_key, parse
 from ._recording import UpstreamGone, decode_envelope
@@ -366,6 +366,7 @@ class Exchange:
         the server has ended it); ``answered`` is set once the queued answer is sent."""
         assert self.stream is not None
         down = self.down
+        stalled: ClientStalled | None = None
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
@@ -390,8 +391,12 @@ class Exchange:
                     down.queue(chunk)
                 down.queue_end()  # where the server ended it (dropped, too)
                 await down.flush()
+            except ClientStalled as exc:
+                stalled = exc  # raised past the task group, for the call to record
             except CLIENT_GONE:
                 pass  # the client left: nothing more to relay
             if answered is not None:
                 answered.set()
             tg.cancel_scope.cancel()
+        if stalled is not None:
+            raise stalled
