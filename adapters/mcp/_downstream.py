@@ -51,10 +51,9 @@ class ClientStalled(anyio.BrokenResourceError):
     """The client read nothing for ``stall_after`` seconds while a write waited for it:
     it is treated as gone (its connection closes); ``unsent`` bytes at most reached it."""
 
-    def __init__(self, unsent: int, seconds: float) -> None:
+    def __init__(self, unsent: int) -> None:
         self.unsent = unsent
         super().__init__(f"the client stopped reading ({unsent} bytes unsent)")
-        self.seconds = seconds
 
 
 class Downstream:
@@ -117,7 +116,7 @@ class Downstream:
             with anyio.move_on_after(self.stall_after) as scope:
                 await self.stream.send(data)
             if scope.cancelled_caught:
-                raise ClientStalled(len(data), self.stall_after)
+                raise ClientStalled(len(data))
 
     def discard(self) -> None:
         """Drop what is queued (the client left)."""

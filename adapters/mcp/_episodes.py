@@ -103,6 +103,12 @@ class EpisodeSlot:
         """Set a fact of the end record's ``meta["mcp"]`` (the last value wins)."""
         self._end_notes[key] = value
 
+    def count(self, key: str, amount: int = 1) -> int:
+        """Add ``amount`` to a count of the end record's ``meta["mcp"]``; the new total."""
+        total: int = self._end_notes.get(key, 0) + amount
+        self._end_notes[key] = total
+        return total
+
     def abort(self, reason: str) -> None:
         """End the episode ``aborted`` with this reason when it closes (first reason wins)."""
         if self._abort is None:

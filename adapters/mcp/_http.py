@@ -59,7 +59,7 @@ from ._jsonrpc import (
     parse,
 )
 from ._relay import ToClient
-from ._relay._limits import ID_SCAN_BYTES
+from ._relay._limits import ID_SCAN_BYTES, STALL_SECONDS_WITHOUT_LIMIT
 
 
 class HttpProxy(HttpEndpoint):
@@ -201,7 +201,9 @@ class HttpProxy(HttpEndpoint):
                 if request is None:
                     return
                 event, body = request
-                down = Downstream(conn, stream, conn_id, keys, self.timeout or 60)
+                down = Downstream(
+                    conn, stream, conn_id, keys, self.timeout or STALL_SECONDS_WITHOUT_LIMIT
+                )
                 try:
                     if isinstance(body, LineTooLong):
                         await self._too_long(down, event, body)

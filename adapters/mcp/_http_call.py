@@ -191,8 +191,7 @@ class HttpToolCall:
                 # The step says what was sent; the end record says it did not arrive.
                 slot.abort(str(exc))
                 slot.end_note("client_stopped_reading", exc.unsent)
-                self.proxy.undelivered[self.key] = self.proxy.undelivered.get(self.key, 0) + 1
-                slot.end_note("undelivered_replies", self.proxy.undelivered[self.key])
+                slot.count("undelivered_replies")
                 print(f"litmus-sandbox: {exc}", file=sys.stderr)
                 raise
         finally:

@@ -135,8 +135,6 @@ class HttpSessions:
         self._waiting: set[Waiting] = set()
         #: In-flight recorded calls by (episode key, request id key), for cancellation.
         self.calls: dict[tuple[str, Any], RunningCall] = {}
-        #: Call replies each session's client never got (it stopped reading).
-        self.undelivered: dict[str, int] = {}
         #: Tools' output schemas, learnt from the tools/list answers relayed.
         self.output_schemas: dict[str, dict[str, Any]] = {}
         #: Whether the tools were listed (by a client, or by the proxy for itself).

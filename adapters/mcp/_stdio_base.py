@@ -45,6 +45,7 @@ from ._relay import (
     ToClient,
     ToServer,
 )
+from ._relay._limits import STALL_SECONDS_WITHOUT_LIMIT
 from ._relay._states import Pending
 
 
@@ -133,11 +134,9 @@ class SessionBase(abc.ABC):
         self._fd_out = client_out if isinstance(client_out, FdSendStream) else None
         self._client_flush = False
         self._server_flush = False
-        #: Call replies queued for the client since its pipe last took everything, and
-        #: those it never got (its output closed, or it stopped reading): the steps say
-        #: ``relay``/``result``/``error``, the end record says they did not arrive.
+        #: Call replies queued for the client since its pipe last took everything; those
+        #: it never gets are counted in the end record (``undelivered_replies``).
         self._queued_replies = 0
-        self._undelivered = 0
         #: Bytes the client never got once it stopped reading (None: it did not).
         self._unsent: int | None = None
         #: The session is over: replies are not owed any more (``_record_quietly``).
@@ -328,7 +327,8 @@ class SessionBase(abc.ABC):
 
     async def _flush_client(self, out: FdSendStream) -> None:
         limit = self._proxy.timeout
-        with anyio.move_on_after(limit if limit is not None else 60) as scope:
+        stall = limit if limit is not None else STALL_SECONDS_WITHOUT_LIMIT
+        with anyio.move_on_after(stall) as scope:
             await out.flush()
         if scope.cancelled_caught:
             why = f"the client stopped reading ({out.pending_bytes} bytes unsent)"
@@ -338,11 +338,10 @@ class SessionBase(abc.ABC):
             self._slot.end_note("client_stopped_reading", self._unsent)
             print(f"litmus-sandbox: {why}", file=sys.stderr)
             self._client_broken = True
-            self._undelivered += self._queued_replies
+            if self._queued_replies:
+                self._slot.count("undelivered_replies", self._queued_replies)
         else:
             self._queued_replies = 0  # the client took everything queued
-        if self._undelivered:
-            self._slot.end_note("undelivered_replies", self._undelivered)
 
     def _lost(self, data: bytes) -> None:
         """Bytes for a client that stopped reading, never sent: counted as unsent."""
@@ -358,11 +357,10 @@ class SessionBase(abc.ABC):
         if self._over or state is None or state.reply_kind == "none":
             return
         if self._client_broken:
-            self._undelivered += 1
-            self._slot.end_note("undelivered_replies", self._undelivered)
+            first = self._slot.count("undelivered_replies") == 1
             if self._unsent is None:  # else aborted already: it stopped reading
                 why = "the client hung up before the answer to a call reached it"
-                if not self._core.engaged or self._undelivered == 1:
+                if first:
                     print(f"litmus-sandbox: {why}", file=sys.stderr)
                 self._core.engaged = True
                 self._slot.abort(why)

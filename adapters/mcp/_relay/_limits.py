@@ -26,6 +26,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 #: Arrays and objects one message may nest (tool arguments and schemas nest a few
 #: levels; a peer that nests thousands is hostile, and would crash a recursive decoder).
 DEFAULT_MAX_DEPTH = 128
+#: Seconds a write may wait for a client that reads nothing when ``--timeout`` sets no
+#: limit (past them the client is recorded as having stopped reading).
+STALL_SECONDS_WITHOUT_LIMIT = 60.0
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
