@@ -19,6 +19,7 @@ from litmus_sandbox._model.records import Shown, ToolCallStep
 from litmus_sandbox._runtime.steps import CallSteps
 from litmus_sandbox._runtime.tool_calls import (
     CallOutcome,
+    cap_shown,
     raised_outcome,
     real_parts,
     timeout_outcome,
@@ -59,7 +60,9 @@ class OpenCall:
         """The call returned ``value`` (a :class:`Shown`, or any value to convert)."""
         if type(value) is Shown:  # a relay's answer, shown as it is (``real_parts``)
             self._claim()
-            return self._record(self._call.step("real", value, None, {}), finalize)
+            shown, capped = cap_shown(value, self._cap)
+            meta = {"capped": capped} if capped is not None else {}
+            return self._record(self._call.step("real", shown, None, meta), finalize)
         return self._finish(CallOutcome(kind="returned", value=value), finalize)
 
     def failed(self, exc: BaseException, finalize: Finalize | None = None) -> ToolCallStep:

@@ -40,7 +40,7 @@ import anyio.abc
 from litmus_sandbox._model.errors import ConfigError, UpstreamError
 from litmus_sandbox._model.records import Shown
 from litmus_sandbox._runtime.supervised import SupervisedRun, Zygote
-from litmus_sandbox._runtime.tool_calls import capped_text
+from litmus_sandbox._runtime.tool_calls import Bounded, capped_text
 from litmus_sandbox.oracles import _audit as audit
 from litmus_sandbox.oracles.egress import (
     EgressProbe,
@@ -174,7 +174,7 @@ class Subprocesses:
         env: Mapping[str, str] | None,
         episode_id: str = "",
         facts: dict[str, Any] | None = None,
-    ) -> Shown:
+    ) -> Bounded:
         """Run ``cmd`` (a runner for ``EpisodeRecorder.call_with``): what it shows.
 
         ``facts``, when given, is filled with what the step's ``meta["processes"]`` says
@@ -238,11 +238,12 @@ class Subprocesses:
         if run.stderr.size:
             content.append({"type": "text", "text": "stderr: " + capped_text(err, self.cap)})
         code = run.exit_code if run.exit_code is not None else -1
-        return Shown(
+        shown = Shown(
             content=tuple(content),
             is_error=code != 0,
             structured={"exit_code": code, **_printed(run)},
         )
+        return Bounded(shown)  # each stream cut to the cap already: recorded as it is
 
     async def _the_zygote(self) -> Zygote | None:
         """The zygote, started at the first tool (None if it cannot start: each tool then

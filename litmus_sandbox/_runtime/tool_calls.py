@@ -110,6 +110,28 @@ def cap_text(text: str, cap: int) -> tuple[str, dict[str, Any] | None]:
     return data[:cap].decode(errors="ignore"), whole
 
 
+class Bounded(msgspec.Struct, frozen=True):
+    """A runner's result already bounded for the record (``ep.run``'s output, each
+    stream cut to the cap): recorded and shown as it is, never capped again."""
+
+    shown: Shown
+
+
+def cap_shown(shown: Shown, cap: int) -> tuple[Shown, dict[str, Any] | None]:
+    """A :class:`Shown` as the record keeps it: as it is when its content and structured
+    content take at most ``cap`` bytes as JSON, else its text cut to ``cap`` bytes (no
+    structured content, the error flag kept), and the size and sha256 of that JSON."""
+    try:
+        data = _json.encode((shown.content, shown.structured))
+    except _UNENCODABLE:
+        return shown, None  # recorded by its repr when written (``write_step``)
+    if len(data) <= cap:
+        return shown, None
+    text, _ = cap_text(shown.text(), cap)
+    whole = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return Shown(content=({"type": "text", "text": text},), is_error=shown.is_error), whole
+
+
 def shown_value(shown: Shown) -> Any:
     """What a tool result gives the agent as its value: structured content, else text."""
     if shown.structured is not None:
@@ -192,13 +214,17 @@ def real_parts(
 ) -> tuple[Shown, Actual | None, dict[str, Any]]:
     """(shown, actual, meta) of a call that ran for real and is shown as it ended.
 
-    A returned :class:`Shown` is shown as is; any other value is converted to content
-    blocks. An exception or a timeout is shown as an error naming it, and recorded in
-    ``actual`` (its message capped like any result).
+    A returned :class:`Shown` is shown as is (recorded capped when larger than ``cap``:
+    :func:`cap_shown`); any other value is converted to content blocks. An exception or
+    a timeout is shown as an error naming it, and recorded in ``actual`` (its message
+    capped like any result).
     """
     if outcome.kind == "returned":
+        if type(outcome.value) is Bounded:
+            return outcome.value.shown, None, {}
         if isinstance(outcome.value, Shown):
-            return outcome.value, None, {}
+            shown, capped = cap_shown(outcome.value, cap)
+            return shown, None, {"capped": capped} if capped is not None else {}
         content, structured, meta = to_content(outcome.value, cap)
         return Shown(content=content, structured=structured), None, meta
     message, capped = cap_text(outcome.error_message or "", cap)

@@ -85,6 +85,8 @@ def call(rid: Any, params: dict[str, Any], lines: Any) -> None:
     args = params.get("arguments") or {}
     if name == "echo":
         result(rid, text(str(args.get("text", ""))))
+    elif name == "big":  # a result of ``size`` bytes of text
+        result(rid, text("b" * int(args.get("size", 0))))
     elif name == "empty":
         result(rid, {"content": []})
     elif name == "fetch":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class Odd:
 
 OUTCOMES: list[Any] = [
     Shown(content=({"type": "text", "text": "shown as is"},), structured={"k": 1}),
+    # Capped to its text, the structure dropped (max_result_bytes is 1024 below).
+    Shown(content=({"type": "text", "text": "w" * 900},), structured={"w": "w" * 900}),
     {"status": "sent", "n": [1, 2]},
     "plain text",
     "x" * 5000,  # capped: max_result_bytes is 1024 below
@@ -206,3 +209,30 @@ def test_any_returned_value_records_alike(
     (a,) = steps(tmp_path / "a.jsonl")
     (b,) = steps(tmp_path / "b.jsonl")
     same(a, b)
+
+
+async def test_a_shown_over_the_cap_is_recorded_capped_and_given_whole(tmp_path: Path) -> None:
+    """A runner's :class:`Shown` larger than ``max_result_bytes`` is recorded as its text
+    cut to the cap, with the size and hash of its JSON; the agent gets it whole."""
+    big = Shown(
+        content=({"type": "text", "text": "é" * 800}, {"type": "image", "data": "A" * 900}),
+        is_error=True,
+        structured={"k": 1},
+    )
+
+    async def runner(_tool: str, _args: dict[str, Any]) -> Any:
+        return big
+
+    async with bare(tmp_path, "a.jsonl", max_result_bytes=1024) as sb, sb.episode("c") as ep:
+        result = await ep.call_with(runner, "look", {})
+    assert result.content == big.content
+    assert result.is_error
+    (step,) = steps(tmp_path / "a.jsonl")
+    assert step.shown.is_error
+    assert step.shown.structured is None
+    assert step.shown.text() == "é" * 512  # 1024 bytes of UTF-8
+    whole = msgspec.json.encode((big.content, big.structured))
+    assert step.meta["capped"] == {
+        "size": len(whole),
+        "sha256": hashlib.sha256(whole).hexdigest(),
+    }

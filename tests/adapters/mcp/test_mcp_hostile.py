@@ -4,6 +4,7 @@ a raw client)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +16,16 @@ import anyio
 import pytest
 from anyio.abc import Process
 from factories import PROGRAMS
-from test_mcp_helpers import PROXY, RawClient, calls, line, one_episode, request, tool_call
+from test_mcp_helpers import (
+    PROXY,
+    RawClient,
+    calls,
+    line,
+    one_episode,
+    proxy_command,
+    request,
+    tool_call,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -277,3 +287,44 @@ async def test_the_message_size_limit_has_a_documented_minimum(tmp_path: Path) -
     assert b"--max-message-bytes must be at least 1024" in small.stderr
     shown = await anyio.run_process([*PROXY, "--help"], cwd=tmp_path)
     assert b"at least 1024" in b" ".join(shown.stdout.split())  # however it is wrapped
+
+
+@pytest.mark.parametrize("where", ["inline", "in a task"])
+async def test_an_answer_over_the_readers_line_limit_is_relayed_whole_and_recorded_capped(
+    tmp_path: Path, where: str
+) -> None:
+    """A 17 MiB answer (the readers refuse lines over 16 MiB by default) reaches the
+    client byte for byte; the step records it capped (``max_result_bytes``), with the
+    size and hash of what was shown, so the episode stays readable. Inline: a plain call
+    with no probe awaited; in a task: the filesystem oracle watches a root."""
+    size = 17 << 20
+    options = ["--no-egress"]
+    if where == "in a task":
+        (tmp_path / "root").mkdir()
+        options += ["--root", str(tmp_path / "root")]
+    command = proxy_command(tmp_path, *options)
+    process = await anyio.open_process(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv_json()
+    await client.send(tool_call(1, "big", {"size": size}))
+    reply = await client.recv(limit=60)
+    assert await client.finish() == 0
+    assert json.loads(reply)["result"]["content"][0]["text"] == "b" * size
+    server_wrote = (tmp_path / "server.out").read_bytes().splitlines(keepends=True)
+    assert reply in server_wrote  # the server's own bytes, not a re-encoding
+    lines = (tmp_path / "eps.jsonl").read_bytes().splitlines()
+    assert max(map(len, lines)) < 1 << 20
+    ep = one_episode(tmp_path / "eps.jsonl")  # read with the default line limit
+    assert ep.complete
+    (step,) = calls(ep)
+    assert step.fidelity == "real"
+    assert step.shown.text() == "b" * (256 << 10)
+    assert step.meta["capped"]["size"] > size
+    whole = json.dumps([[{"type": "text", "text": "b" * size}], None], separators=(",", ":"))
+    assert step.meta["capped"]["sha256"] == hashlib.sha256(whole.encode()).hexdigest()
+    mcp = step.meta["mcp"]
+    assert mcp["reply"] == "relay"
+    assert mcp["upstream"] is None
+    assert mcp["upstream_bytes"] == len(reply.rstrip(b"\n"))
+    assert mcp["upstream_sha256"] == hashlib.sha256(reply.rstrip(b"\n")).hexdigest()
