@@ -214,8 +214,8 @@ class HttpToolCall:
             raise
         except Exception as exc:  # recorded and shown as a runner's exception would be
             call.failed(exc, finalize)
-        else:
-            call.done(shown, finalize)
+        else:  # answered: relayed as it is, the step built once
+            call.done(shown, meta={"mcp": self.state.relayed(cap)})
 
     async def _recorded(self) -> None:
         """The step is written: the core says the reply, and what else follows (after

@@ -163,13 +163,7 @@ class CallState:
         mcp: dict[str, Any] = {"request_id": self.request_id, "forwarded": self.forwarded}
         envelope = self.envelope
         if envelope is not None and self.envelope_raw is not None:
-            mcp["outcome"] = outcome_of(envelope)
-            raw = self.envelope_raw.rstrip(b"\r\n")
-            mcp["upstream_bytes"] = len(raw)
-            mcp["upstream_sha256"] = hashlib.sha256(raw).hexdigest()
-            # The envelope beside what the client was shown; a huge one is summarized by
-            # its size and hash, like the sandbox caps any large result.
-            mcp["upstream"] = envelope if len(raw) <= cap else None
+            self._upstream(mcp, envelope, self.envelope_raw, cap)
         elif outcome == "interrupted":
             mcp["outcome"] = "interrupted"
         elif outcome == "timeout":
@@ -181,12 +175,7 @@ class CallState:
                 mcp["failure"] = self.failure
         else:
             mcp["outcome"] = "not_forwarded"
-        if self.notifications:
-            mcp["notifications"] = self.notifications
-        if self.notifications_dropped:
-            mcp["notifications_dropped"] = self.notifications_dropped
-        if self.extra_meta:
-            mcp.update(self.extra_meta)
+        self._noted(mcp)
 
         if outcome == "interrupted" and self.stopped is not None:
             # The proxy is stopping: the client is told (see Session.stop in
@@ -224,6 +213,40 @@ class CallState:
                 mcp["task"] = {"task_id": self.task_id, "proxy_task": True}
         mcp["reply"] = self.reply_kind
         return msgspec.structs.replace(step, meta={**step.meta, "mcp": mcp})
+
+    def relayed(self, cap: int) -> dict[str, Any]:
+        """``meta["mcp"]`` of a real call the server answered with a result, relayed as
+        it is: what :meth:`finalize` adds to its step, known before the step is built
+        (``OpenCall.done(shown, meta=...)``: the hot path builds the step once)."""
+        envelope, raw = self.envelope, self.envelope_raw
+        assert envelope is not None
+        assert raw is not None
+        self.fidelity = "real"
+        self.reply_kind = "relay"
+        mcp: dict[str, Any] = {"request_id": self.request_id, "forwarded": self.forwarded}
+        self._upstream(mcp, envelope, raw, cap)
+        self._noted(mcp)
+        mcp["reply"] = "relay"
+        return mcp
+
+    @staticmethod
+    def _upstream(mcp: dict[str, Any], envelope: dict[str, Any], line: bytes, cap: int) -> None:
+        mcp["outcome"] = outcome_of(envelope)
+        raw = line.rstrip(b"\r\n")
+        mcp["upstream_bytes"] = len(raw)
+        mcp["upstream_sha256"] = hashlib.sha256(raw).hexdigest()
+        # The envelope beside what the client was shown; a huge one is summarized by its
+        # size and hash, like the sandbox caps any large result.
+        mcp["upstream"] = envelope if len(raw) <= cap else None
+
+    def _noted(self, mcp: dict[str, Any]) -> None:
+        """The progress the server reported, and what the transport added."""
+        if self.notifications:
+            mcp["notifications"] = self.notifications
+        if self.notifications_dropped:
+            mcp["notifications_dropped"] = self.notifications_dropped
+        if self.extra_meta:
+            mcp.update(self.extra_meta)
 
 
 class UpstreamGone(UpstreamError):

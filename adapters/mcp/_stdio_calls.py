@@ -141,7 +141,7 @@ class CallSession(SessionBase):
         call: OpenCall = pending.handle
         state = pending.call
         assert state is not None
-        state.cap = self._sandbox.max_result_bytes
+        cap = state.cap = self._sandbox.max_result_bytes
         finalize = state.finalize_capped
         how = action.how
         if how == "answered":
@@ -150,8 +150,8 @@ class CallSession(SessionBase):
                 shown = state.answered(action.raw, action.body)
             except Exception as exc:  # a JSON-RPC error: recorded as a runner's would be
                 call.failed(exc, finalize)
-            else:
-                call.done(shown, finalize)
+            else:  # the hot path: relayed as it is, the step built once
+                call.done(shown, meta={"mcp": state.relayed(cap)})
         elif how == "failed":
             state.failure = state.failure or action.reason
             call.failed(UpstreamGone(action.reason), finalize)

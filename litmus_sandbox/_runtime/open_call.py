@@ -5,7 +5,9 @@ send the request and finish it when the answer comes back, in the code that move
 bytes: no task, event or cancel scope per call, which is most of a relay's added
 latency. The step is the one ``EpisodeRecorder.call_with`` records for the same outcome
 (the same builders make it), numbered when it finishes and written before ``finish``
-returns, so the caller passes the answer on only once it is recorded.
+returns, so the caller passes the answer on only once it is recorded. The step is built
+once, numbered as it is built; a relay that knows its annotations up front passes them
+(``done(shown, meta=...)``) rather than a ``finalize`` that would copy the step again.
 
 Get one from ``EpisodeRecorder.begin_call``, which says when a call qualifies.
 """
@@ -13,7 +15,7 @@ Get one from ``EpisodeRecorder.begin_call``, which says when a call qualifies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from litmus_sandbox._model.records import Shown, ToolCallStep
 from litmus_sandbox._runtime.steps import CallSteps
@@ -26,9 +28,19 @@ from litmus_sandbox._runtime.tool_calls import (
 )
 
 Finalize = Callable[[ToolCallStep], ToolCallStep]
-#: Records a finished call's step: numbers it, adds what the probes saw, lets
-#: ``finalize`` annotate it, writes it; returns it as written (``record_inline``).
-RecordStep = Callable[[ToolCallStep, Finalize | None], ToolCallStep]
+
+
+class InlineRecorder(Protocol):
+    """Where an :class:`OpenCall` records its step (the episode's recorder)."""
+
+    def take_index(self) -> int:
+        """The finishing call's step index (steps are numbered as they complete)."""
+        ...
+
+    def record_inline(self, step: ToolCallStep, finalize: Finalize | None) -> ToolCallStep:
+        """Record the numbered step: what the probes saw added, ``finalize`` applied,
+        written; returns it as written."""
+        ...
 
 
 class OpenCall:
@@ -41,13 +53,27 @@ class OpenCall:
         call: the call's step builder (its id, tool, arguments and start).
         limit: seconds the call may take (None: no limit).
         cap: ``max_result_bytes``: a larger result is recorded capped.
-        record: records the finished step (the episode recorder's ``record_inline``).
+        recorder: records the finished step (the episode's recorder).
     """
 
-    def __init__(self, call: CallSteps, limit: float | None, cap: int, record: RecordStep) -> None:
+    __slots__ = (
+        "_call",
+        "_cap",
+        "_finished",
+        "_recorder",
+        "args",
+        "call_id",
+        "limit",
+        "started",
+        "tool",
+    )
+
+    def __init__(
+        self, call: CallSteps, limit: float | None, cap: int, recorder: InlineRecorder
+    ) -> None:
         self._call = call
         self._cap = cap
-        self._record = record
+        self._recorder = recorder
         self.call_id = call.call_id
         self.tool = call.tool
         self.args: dict[str, Any] = call.args
@@ -56,13 +82,26 @@ class OpenCall:
         self.started = call.started
         self._finished = False
 
-    def done(self, value: Any, finalize: Finalize | None = None) -> ToolCallStep:
-        """The call returned ``value`` (a :class:`Shown`, or any value to convert)."""
+    def done(
+        self,
+        value: Any,
+        finalize: Finalize | None = None,
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolCallStep:
+        """The call returned ``value`` (a :class:`Shown`, or any value to convert).
+
+        ``meta``: annotations of a :class:`Shown` known before its step is built (a
+        relay's, for an answer it passes on as it is): the step is built once, with them,
+        where a ``finalize`` would copy it to add them.
+        """
         if type(value) is Shown:  # a relay's answer, shown as it is (``real_parts``)
             self._claim()
             shown, capped = cap_shown(value, self._cap)
-            meta = {"capped": capped} if capped is not None else {}
-            return self._record(self._call.step("real", shown, None, meta), finalize)
+            if capped is not None:
+                meta = {"capped": capped} if meta is None else {"capped": capped, **meta}
+            step = self._call.step("real", shown, None, meta, index=self._recorder.take_index())
+            return self._recorder.record_inline(step, finalize)
         return self._finish(CallOutcome(kind="returned", value=value), finalize)
 
     def failed(self, exc: BaseException, finalize: Finalize | None = None) -> ToolCallStep:
@@ -82,12 +121,14 @@ class OpenCall:
     def interrupted(self, finalize: Finalize | None = None) -> ToolCallStep:
         """The call was cancelled before it ended (the agent was shown nothing)."""
         self._claim()
-        return self._record(self._call.interrupted("real"), finalize)
+        step = self._call.interrupted("real", index=self._recorder.take_index())
+        return self._recorder.record_inline(step, finalize)
 
     def _finish(self, outcome: CallOutcome, finalize: Finalize | None) -> ToolCallStep:
         self._claim()
         shown, actual, meta = real_parts(outcome, self._cap, self.limit)
-        return self._record(self._call.step("real", shown, actual, meta), finalize)
+        step = self._call.step("real", shown, actual, meta, index=self._recorder.take_index())
+        return self._recorder.record_inline(step, finalize)
 
     def _claim(self) -> None:
         if self._finished:

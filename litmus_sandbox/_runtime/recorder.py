@@ -396,17 +396,23 @@ class Recording:
         if self._watch is not None:
             self._watch.open_windows(call_id)
         call = CallSteps(self.episode_id, call_id, tool, dict(args))
-        return OpenCall(call, self._env.limit(policy), self._env.cap, self.record_inline)
+        return OpenCall(call, self._env.limit(policy), self._env.cap, self)
+
+    def take_index(self) -> int:
+        """The index of the step of a call begun with :meth:`begin_call`, as it finishes
+        (``OpenCall`` builds the step with it)."""
+        index = self._next_index
+        self._next_index = index + 1
+        return index
 
     def record_inline(self, step: ToolCallStep, finalize: Finalize | None) -> ToolCallStep:
-        """Record the step of a call begun with :meth:`begin_call` (``OpenCall`` does):
-        numbered, with what the windows saw (closed whatever comes), annotated by
-        ``finalize``, written; returns it as written.
+        """Record the step of a call begun with :meth:`begin_call` (``OpenCall`` does),
+        numbered by :meth:`take_index`: with what the windows saw (closed whatever
+        comes), annotated by ``finalize``, written; returns it as written.
 
         Raises:
             ConfigError: the episode has ended.
         """
-        step = self._numbered(step)
         if self._watch is not None:
             step = self._watch.close_windows(step.call_id, step)
         self._require_open()

@@ -4,7 +4,8 @@ Every path that records a tool call - ``ep.call`` and ``ep.call_with`` whatever 
 fidelity mode, a call an adapter runs inline (``OpenCall``), a call interrupted - builds its
 step here, from the facts fixed when the call starts (episode, call id, tool, arguments,
 start time). A step is built unnumbered (``index = -1``): the recorder numbers it when it
-is recorded, in the order calls complete, and adds what the probes saw.
+is recorded, in the order calls complete, and adds what the probes saw (a call run inline
+is built with the index the recorder gives it as it finishes: one build, no copy).
 """
 
 from __future__ import annotations
@@ -60,13 +61,14 @@ class CallSteps:
         meta: dict[str, Any] | None = None,
         *,
         source: ReplaySource | None = None,
+        index: int = -1,
     ) -> ToolCallStep:
         """The call's step, ending now: what the agent was ``shown``, and (when that differs
-        from what happened) the ``actual`` outcome."""
+        from what happened) the ``actual`` outcome; unnumbered unless ``index`` is given."""
         return ToolCallStep(
             v=SCHEMA_VERSION,
             episode_id=self.episode_id,
-            index=-1,
+            index=index,
             call_id=self.call_id,
             tool=self.tool,
             args=self.args,
@@ -79,7 +81,9 @@ class CallSteps:
             meta=meta or {},
         )
 
-    def interrupted(self, fidelity: Fidelity, stop: BaseException | None = None) -> ToolCallStep:
+    def interrupted(
+        self, fidelity: Fidelity, stop: BaseException | None = None, *, index: int = -1
+    ) -> ToolCallStep:
         """The step of a call stopped before it ended (nothing was shown): cancelled, or
         the process told to stop (``stop``: a tool calling ``sys.exit``, Ctrl-C)."""
         if stop is None:
@@ -88,4 +92,4 @@ class CallSteps:
             actual = Actual(
                 outcome="interrupted", error_type=type(stop).__name__, error_message=str(stop)
             )
-        return self.step(fidelity, _NOTHING_SHOWN, actual)
+        return self.step(fidelity, _NOTHING_SHOWN, actual, index=index)

@@ -140,6 +140,35 @@ async def test_finalize_annotates_the_step_before_it_is_written(tmp_path: Path) 
     assert step.meta == {"seen": "hello"}
 
 
+@pytest.mark.parametrize("shown", OUTCOMES[:2], ids=["small", "capped"])
+async def test_meta_known_up_front_records_what_a_finalize_adds(
+    tmp_path: Path, shown: Shown
+) -> None:
+    """``done(shown, meta=...)`` builds the step once with its annotations: the same step
+    a ``finalize`` adding them makes (after the cap's own note), numbered in its place."""
+    relay = {"request_id": 7, "reply": "relay"}
+
+    def annotate(step: ToolCallStep) -> ToolCallStep:
+        return msgspec.structs.replace(step, meta={**step.meta, "relay": relay})
+
+    async with bare(tmp_path, "a.jsonl", max_result_bytes=1024) as sb, sb.episode("c") as ep:
+        ep.message("user", "first")
+        call = ep.begin_call("send", {"n": 1})
+        assert call is not None
+        via_finalize = call.done(shown, annotate)
+    async with bare(tmp_path, "b.jsonl", max_result_bytes=1024) as sb, sb.episode("c") as ep:
+        ep.message("user", "first")
+        call = ep.begin_call("send", {"n": 1})
+        assert call is not None
+        up_front = call.done(shown, meta={"relay": relay})
+    (a,) = steps(tmp_path / "a.jsonl")
+    (b,) = steps(tmp_path / "b.jsonl")
+    assert (a, b) == (via_finalize, up_front)
+    assert b.index == 1
+    assert list(b.meta) == (["capped", "relay"] if "capped" in a.meta else ["relay"])
+    same(a, b)
+
+
 async def test_windowed_probes_observe_an_open_call(tmp_path: Path) -> None:
     """The egress probe observes by time window: an open call gets the flows that started
     while it alone was in flight, with the findings they make."""
