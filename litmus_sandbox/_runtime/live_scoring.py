@@ -30,13 +30,11 @@ import anyio
 import anyio.abc
 import msgspec
 
-from litmus_sandbox._model.codec import encode
 from litmus_sandbox._model.records import (
     Episode,
     EpisodeEnd,
     EpisodeHeader,
     Step,
-    ToolCallStep,
     Verdict,
 )
 from litmus_sandbox._runtime.progress_bar import JudgingBar, on_terminal
@@ -44,33 +42,26 @@ from litmus_sandbox._runtime.scorer import ScoringFailed, covered_keys
 from litmus_sandbox._runtime.scoring_job import EpisodeJob, ScoreStats
 from litmus_sandbox._runtime.scoring_run import ScoringRun
 from litmus_sandbox._runtime.stream import EpisodeStream
-from litmus_sandbox._runtime.tool_calls import write_step
 from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.streams import JsonlWriter, read_verdicts
 from litmus_sandbox.judges import ScoringConfig, load_policy
 
 
-def _encodes(step: ToolCallStep) -> None:
-    """Raise as the stream's writer does on a step JSON cannot hold (nothing is written)."""
-    encode(step)
-
-
 class TappedStream(EpisodeStream):
     """An episode stream that also keeps the records of each open episode (as written)."""
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
-        super().__init__(path, fsync=fsync)
+    def __init__(self, path: Path, *, fsync: bool = False, cap: int | None = None) -> None:
+        super().__init__(path, fsync=fsync, cap=cap)
         self._open: dict[str, list[msgspec.Struct]] = {}
         self._lock = threading.Lock()  # written from worker threads too (fsync)
 
-    def write_now(self, record: msgspec.Struct) -> None:
-        super().write_now(record)
-        if isinstance(record, ToolCallStep):
-            record = write_step(_encodes, record)  # arguments JSON cannot hold: as written
+    def write_now(self, record: msgspec.Struct) -> msgspec.Struct:
+        record = super().write_now(record)  # as written: arguments by repr, or capped
         episode_id = getattr(record, "episode_id", None)
         if isinstance(episode_id, str):
             with self._lock:
                 self._open.setdefault(episode_id, []).append(record)
+        return record
 
     def take(self, episode_id: str) -> Episode | None:
         """The ended episode ``episode_id`` as the stream holds it (None if never begun)."""

@@ -148,25 +148,29 @@ class Recording:
         index, self._next_index = self._next_index, self._next_index + 1
         return msgspec.structs.replace(step, index=index)
 
-    async def _write(self, record: msgspec.Struct) -> None:
+    async def _write(self, step: ToolCallStep) -> ToolCallStep:
+        """Write a call's step; returns it as written (arguments capped, or by ``repr``)."""
         if self.ended:
             raise ConfigError(
                 f"episode {self.episode_id} ended while this call ran: its step is not recorded"
             )
         try:
-            await self._stream.write(record)
+            written = await self._stream.write(step)
         except OSError as exc:
             self._failed(exc)
             raise
         self._written += 1
+        assert isinstance(written, ToolCallStep)
+        return written
 
-    def _write_now(self, record: msgspec.Struct) -> None:
+    def _write_now(self, record: msgspec.Struct) -> msgspec.Struct:
         try:
-            self._stream.write_now(record)
+            written = self._stream.write_now(record)
         except OSError as exc:
             self._failed(exc)
             raise
         self._written += 1
+        return written
 
     def _failed(self, exc: OSError) -> None:
         # The writer left the stream as it was before the failed record; the error goes on
@@ -323,7 +327,7 @@ class Recording:
             finally:
                 if whole is not None:
                     self._uncapped.pop(call.call_id, None)
-            await self._write(step)
+            step = await self._write(step)
         shown = step.shown if whole is None else whole
         return ToolResult(
             value=shown_value(shown),
@@ -418,8 +422,9 @@ class Recording:
         self._require_open()
         if finalize is not None:
             step = finalize(step)
-        self._write_now(step)
-        return step
+        written = self._write_now(step)
+        assert isinstance(written, ToolCallStep)
+        return written
 
     async def end(
         self, status: EndStatus, reason: str | None, reports: dict[str, ReplayReport]

@@ -207,7 +207,7 @@ class Cassette:
         # without the live episode's replay facts.
         meta = {k: v for k, v in step.meta.items() if k != META_KEY}
         write_step(
-            self._writer.write,
+            self._writer.append,
             msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta=meta),
         )
         sup.steps += 1

@@ -194,8 +194,14 @@ class Sandbox:
         self.egress_mode: dict[str, Any] = {}
         self._stack: AsyncExitStack | None = None
         self._observers = Observers(probes)
-        self._tap = TappedStream(self.episodes_path, fsync=fsync) if self.scoring else None
-        self._stream = self._tap or EpisodeStream(self.episodes_path, fsync=fsync)
+        self._tap = (
+            TappedStream(self.episodes_path, fsync=fsync, cap=max_result_bytes)
+            if self.scoring
+            else None
+        )
+        self._stream = self._tap or EpisodeStream(
+            self.episodes_path, fsync=fsync, cap=max_result_bytes
+        )
         self._processes = Subprocesses(self.root, max_result_bytes)
         self._observers.ignore(self.episodes_path)
         if self.scoring is not None:

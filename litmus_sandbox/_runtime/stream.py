@@ -2,7 +2,8 @@
 
 Records are written whole, one JSON line each, flushed before the write returns (and
 fsynced with ``fsync``: then off the event loop, for the writes that may wait). A tool
-call's step whose arguments JSON cannot hold is kept, with their ``repr``.
+call's step whose arguments JSON cannot hold is kept, with their ``repr``; arguments over
+``max_result_bytes`` are recorded capped.
 
 Episode ids are unique in a stream: a second episode of one id would make it
 unreadable. The ids already in the file are read once, when first asked; those this
@@ -33,11 +34,14 @@ class EpisodeStream:
     Args:
         path: the episode stream (JSON Lines).
         fsync: fsync every record (slower, survives power loss).
+        cap: ``max_result_bytes``: a step's arguments larger than this as JSON are
+            recorded capped (``write_step``; None: never).
     """
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
+    def __init__(self, path: Path, *, fsync: bool = False, cap: int | None = None) -> None:
         self.path = path
         self.fsync = fsync
+        self.cap = cap
         self._writer: JsonlWriter | None = None
         self._ids: set[str] = set()
         self._file_ids: set[str] | None = None  # read from the file when first needed
@@ -64,8 +68,9 @@ class EpisodeStream:
             self._writer.close()
             self._writer = None
 
-    def write_now(self, record: msgspec.Struct) -> None:
-        """Write ``record`` (fsynced with ``fsync``, blocking).
+    def write_now(self, record: msgspec.Struct) -> msgspec.Struct:
+        """Write ``record`` (fsynced with ``fsync``, blocking); returns it as written (a
+        step's arguments by ``repr`` when JSON cannot hold them, or capped).
 
         Raises:
             ConfigError: the stream is not open (the sandbox is not).
@@ -73,18 +78,18 @@ class EpisodeStream:
         if self._writer is None:
             raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
         if isinstance(record, ToolCallStep):
-            write_step(self._writer.write, record)  # arguments JSON cannot hold by repr
+            record = write_step(self._writer.append, record, self.cap)
         else:
             self._writer.write(record)
         if self.fsync:
             self._writer.sync()
+        return record
 
-    async def write(self, record: msgspec.Struct) -> None:
+    async def write(self, record: msgspec.Struct) -> msgspec.Struct:
         """Write ``record``; with ``fsync``, in a worker thread (the loop does not block)."""
         if self.fsync:
-            await anyio.to_thread.run_sync(self.write_now, record)
-        else:
-            self.write_now(record)
+            return await anyio.to_thread.run_sync(self.write_now, record)
+        return self.write_now(record)
 
     def holds(self, episode_id: str) -> bool:
         """Whether ``episode_id`` is taken: claimed here, or in the file when first asked

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from litmus_sandbox._model.codec import encode
 from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
 from litmus_sandbox._runtime import workers
 
@@ -69,14 +70,21 @@ def json_safe(value: Any) -> Any:
 _UNENCODABLE = (TypeError, msgspec.EncodeError, OverflowError, RecursionError)
 
 
-def write_step(write: Callable[[ToolCallStep], None], step: ToolCallStep) -> ToolCallStep:
-    """Write a tool call's step with ``write``; returns the step as written.
+def write_step(
+    write: Callable[[bytes], None], step: ToolCallStep, cap: int | None = None
+) -> ToolCallStep:
+    """Encode a tool call's step and write the line with ``write``; returns the step as
+    written.
 
     In-process calls may pass any Python value as an argument: the call ran, so its step
     is kept, with what JSON cannot hold by its ``repr`` (flagged ``args_repr_only``).
+    With ``cap`` (``max_result_bytes``), arguments whose JSON takes more are recorded
+    capped (:func:`cap_args`, ``meta.args_capped``), as results are: a step line stays far
+    below the readers' line limit whatever the agent passed. Only a line longer than
+    ``cap`` can hold such arguments, so a step is measured only then.
     """
     try:
-        write(step)
+        line = encode(step)
     except _UNENCODABLE:
         args, meta = json_safe(step.args), json_safe(step.meta)
         meta = meta if isinstance(meta, dict) else {}
@@ -85,8 +93,50 @@ def write_step(write: Callable[[ToolCallStep], None], step: ToolCallStep) -> Too
         step = msgspec.structs.replace(
             step, args=args if isinstance(args, dict) else {"repr": args}, meta=meta
         )
-        write(step)
+        line = encode(step)
+    if cap is not None and len(line) > cap:
+        args, capped = cap_args(step.args, cap)
+        if capped is not None:
+            meta = {**step.meta, "args_capped": capped}
+            step = msgspec.structs.replace(step, args=args, meta=meta)
+            line = encode(step)
+    write(line)
     return step
+
+
+#: A capped argument keeps at most this share of ``max_result_bytes``.
+_ARGUMENT_SHARE = 8
+
+
+def cap_args(args: dict[str, Any], cap: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Arguments as the record keeps them: as they are when they take at most ``cap``
+    bytes as JSON; else each value over ``cap // 8`` bytes of JSON cut to that (a string
+    to its first bytes, anything else to the first bytes of its JSON text), the names of
+    the values cut, the arguments dropped once the cap is spent (their count), and the
+    size and sha256 of the whole arguments' JSON."""
+    data = _json.encode(args)
+    if len(data) <= cap:
+        return args, None
+    share = max(cap // _ARGUMENT_SHARE, 1)
+    kept: dict[str, Any] = {}
+    cut: list[str] = []
+    used = 0
+    for name, value in args.items():
+        part = _json.encode(value)
+        if len(part) > share:
+            text = value if isinstance(value, str) else part.decode(errors="replace")
+            value, _ = cap_text(text, share)
+            cut.append(name)
+            part = _json.encode(value)
+        used += len(part) + len(_json.encode(name)) + 2  # its name, a colon, a comma
+        if used > cap:
+            break
+        kept[name] = value
+    facts: dict[str, Any] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    facts["cut"] = [name for name in cut if name in kept]
+    if len(kept) < len(args):
+        facts["dropped"] = len(args) - len(kept)
+    return kept, facts
 
 
 def _safe_repr(value: Any) -> str:

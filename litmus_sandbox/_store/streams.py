@@ -106,6 +106,14 @@ class JsonlWriter:
         """
         self._append(encode(record))
 
+    def append(self, line: bytes) -> None:
+        """Append one record already encoded (a JSON line, with its newline).
+
+        Raises:
+            OSError: the write failed; the file still ends with the last whole record.
+        """
+        self._append(line)
+
     def write_many(self, records: Iterable[msgspec.Struct]) -> None:
         """Append several records with one write.
 

@@ -328,3 +328,37 @@ async def test_an_answer_over_the_readers_line_limit_is_relayed_whole_and_record
     assert mcp["upstream"] is None
     assert mcp["upstream_bytes"] == len(reply.rstrip(b"\n"))
     assert mcp["upstream_sha256"] == hashlib.sha256(reply.rstrip(b"\n")).hexdigest()
+
+
+async def test_arguments_over_the_readers_line_limit_are_forwarded_whole_and_recorded_capped(
+    tmp_path: Path,
+) -> None:
+    """A 17 MiB argument (under ``--max-message-bytes``, over the readers' 16 MiB line
+    limit) reaches the server byte for byte; the step keeps the short argument whole and
+    the long one cut, with the size and hash of all of them, so the episode stays readable."""
+    size = 17 << 20
+    process = await anyio.open_process(
+        proxy_command(tmp_path, "--no-egress"), env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv_json()
+    args = {"path": "/notes/today.txt", "content": "c" * size}
+    sent = tool_call(1, "empty", args)
+    await client.send(sent)
+    assert json.loads(await client.recv(limit=60))["result"] == {"content": []}
+    assert await client.finish() == 0
+    assert sent in (tmp_path / "server.in").read_bytes().splitlines(keepends=True)
+    lines = (tmp_path / "eps.jsonl").read_bytes().splitlines()
+    assert max(map(len, lines)) < 1 << 20
+    ep = one_episode(tmp_path / "eps.jsonl")  # read with the default line limit
+    assert ep.complete
+    (step,) = calls(ep)
+    assert step.args == {"path": "/notes/today.txt", "content": "c" * (32 << 10)}
+    whole = json.dumps(args, separators=(",", ":")).encode()
+    assert step.meta["args_capped"] == {
+        "size": len(whole),
+        "sha256": hashlib.sha256(whole).hexdigest(),
+        "cut": ["content"],
+    }
+    assert step.meta["mcp"]["reply"] == "relay"
