@@ -93,7 +93,7 @@ class Exchange:
         down: the client's side of the exchange.
         url, headers, body: what is POSTed (the client's own).
         request_id: the JSON-RPC id whose answer is awaited.
-        note: gets every other message the stream carries before the answer.
+        note: gets every other message the stream carries before the answer, and its size.
         on_client_gone: called once the client hangs up before the answer.
         max_bytes: the largest JSON answer or event the server may send.
         max_depth: arrays and objects one message may nest.
@@ -108,7 +108,7 @@ class Exchange:
         body: bytes,
         request_id: Any,
         *,
-        note: Callable[[Any], None] | None = None,
+        note: Callable[[Any, int], None] | None = None,
         on_client_gone: Callable[[], None] | None = None,
         max_bytes: int = 64 << 20,
         max_depth: int = DEFAULT_MAX_DEPTH,
@@ -332,7 +332,7 @@ class Exchange:
                 raise Undecodable(_INVALID_UTF8)
             return _DROP  # not a whole JSON-RPC message: the client never gets it
         if msg.body is not None and self.note is not None:
-            self.note(msg.body)
+            self.note(msg.body, len(data))
         return None
 
     async def release(self, answered: anyio.Event | None = None) -> None:

@@ -52,8 +52,10 @@ from ._schema import placeholder
 #: must be known first (deny's answer is an error: no schema applies).
 ANSWERED_BY_THE_PROXY = frozenset({"stub", "swallow", "replay"})
 
-#: Progress notifications kept per call in the step's meta (the rest are counted).
+#: Progress notifications kept per call in the step's meta, and the bytes they may take
+#: (the rest are counted): a chatty or hostile server cannot make a step line huge.
 MAX_NOTIFICATIONS = 100
+MAX_NOTIFICATION_BYTES = 256 << 10
 
 ReplyKind = Literal["relay", "result", "error", "none"]
 
@@ -81,6 +83,7 @@ class CallState:
         "fidelity",
         "forwarded",
         "notifications",
+        "notifications_bytes",
         "notifications_dropped",
         "output_schema",
         "reply",
@@ -106,6 +109,7 @@ class CallState:
         self.timed_out = False
         self.notifications: list[Any] = []
         self.notifications_dropped = 0
+        self.notifications_bytes = 0
         self.reply_kind: ReplyKind = "none"
         self.fidelity = ""
         #: The reply the proxy originates (``result`` and ``error`` kinds).
@@ -123,10 +127,14 @@ class CallState:
         #: ``max_result_bytes`` of the sandbox recording the call (:meth:`finalize_capped`).
         self.cap = 0
 
-    def note(self, notification: Any) -> None:
-        """Keep a notification the server sent about this call (progress)."""
-        if len(self.notifications) < MAX_NOTIFICATIONS:
+    def note(self, notification: Any, size: int) -> None:
+        """Keep a notification the server sent about this call (progress), ``size`` bytes
+        as it came, while the call keeps fewer than :data:`MAX_NOTIFICATIONS` taking at
+        most :data:`MAX_NOTIFICATION_BYTES`; count the others."""
+        kept = self.notifications_bytes + size
+        if len(self.notifications) < MAX_NOTIFICATIONS and kept <= MAX_NOTIFICATION_BYTES:
             self.notifications.append(notification)
+            self.notifications_bytes = kept
         else:
             self.notifications_dropped += 1
 

@@ -309,7 +309,7 @@ class Relay(Tasks, Guard):
             and (pending := self._progress.get(id_key(token))) is not None
         ):
             assert pending.call is not None
-            pending.call.note(msg.body)
+            pending.call.note(msg.body, len(line))
         elif kind == "other":
             return self._other_from_server(line)
         return [ToClient(line)]

@@ -29,7 +29,7 @@ def test_the_relayed_meta_is_what_finalize_adds_to_an_answered_step(
     for _ in range(2):
         state = CallState(3, b'{"id":3}\n', stateless=False)
         state.forwarded = True
-        state.note({"method": "notifications/progress", "params": {"progress": 1}})
+        state.note({"method": "notifications/progress", "params": {"progress": 1}}, 60)
         state.extra_meta["protocol_version"] = "2025-06-18"
         shown = state.answered(raw, json.loads(raw))
         states.append((state, shown))
@@ -57,3 +57,18 @@ def test_the_relayed_meta_is_what_finalize_adds_to_an_answered_step(
         )
     )
     assert (finalized.meta["mcp"]["upstream"] is None) == (len(raw) - 1 > cap)
+
+
+def test_notifications_kept_on_a_call_are_bounded_in_number_and_bytes() -> None:
+    """A server flooding a call with progress cannot make its step line huge: past 100
+    notifications or 256 KiB the rest are counted, not kept."""
+    big = CallState(1, b"{}\n", stateless=False)
+    for i in range(10):
+        big.note({"progress": i, "message": "m" * (100 << 10)}, (100 << 10) + 40)
+    assert [n["progress"] for n in big.notifications] == [0, 1]
+    assert big.notifications_dropped == 8
+    many = CallState(2, b"{}\n", stateless=False)
+    for i in range(150):
+        many.note({"progress": i}, 60)
+    assert len(many.notifications) == 100
+    assert many.notifications_dropped == 50
