@@ -331,7 +331,7 @@ class SessionBase(abc.ABC):
         with anyio.move_on_after(stall) as scope:
             await out.flush()
         if scope.cancelled_caught:
-            why = f"the client stopped reading ({out.pending_bytes} bytes unsent)"
+            why = f"the client stopped reading ({out.pending_bytes} bytes unsent when given up on)"
             self._core.engaged = True
             self._slot.abort(why)
             self._unsent = out.pending_bytes
