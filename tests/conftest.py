@@ -53,3 +53,11 @@ def own_temp_and_home(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setattr(_tripwires, "SHARED_TRIPWIRES", (str(shm), str(var_tmp)))
+
+
+@pytest.fixture(params=["watched", "relay"])
+def oracles(request: pytest.FixtureRequest) -> list[str]:
+    """The MCP proxy's options in its tests: the oracles on (each call runs in a task of
+    its own, between the probes) or off (a plain real call is run inline, with no task:
+    the relay's hot path)."""
+    return [] if request.param == "watched" else ["--no-watch-fs", "--no-egress"]

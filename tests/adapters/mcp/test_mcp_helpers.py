@@ -132,3 +132,19 @@ def server_log(tmp_path: Path, side: str) -> bytes:
     """What the scripted server read (``in``) or wrote (``out``)."""
     path = tmp_path / f"server.{side}"
     return path.read_bytes() if path.exists() else b""
+
+
+#: An ``initialize`` naming its case in ``_meta`` (and a non-ASCII escape, relayed as is).
+INIT = (
+    b'{"jsonrpc":"2.0", "id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+    b'"capabilities":{},"clientInfo":{"name":"raw","version":"\\u00e9"},'
+    b'"_meta":{"litmus/case_id":"case-from-meta"}}}\n'
+)
+
+
+async def initialized(process: Process) -> RawClient:
+    """A raw client of the proxy ``process``, past its ``initialize`` handshake."""
+    client = RawClient(process)
+    await client.send(INIT)
+    await client.recv()
+    return client

@@ -162,7 +162,7 @@ async def test_a_hung_initialize_times_out_and_aborts_no_episode(
     core times it (-32001, as any request) but there is no episode to abort, even when
     a signal follows; the session beside it is recorded complete."""
     from litmus_sandbox.adapters.mcp import HttpProxy
-    from test_mcp_http_failures import RELEASE
+    from mcp_failing_upstream import RELEASE
 
     proxy = HttpProxy(
         upstream, episodes=tmp_path / "eps.jsonl", root=tmp_path, timeout=0.5, session_grace=None
