@@ -91,9 +91,10 @@ class OpenCall:
     ) -> ToolCallStep:
         """The call returned ``value`` (a :class:`Shown`, or any value to convert).
 
-        ``meta``: annotations of a :class:`Shown` known before its step is built (a
-        relay's, for an answer it passes on as it is): the step is built once, with them,
-        where a ``finalize`` would copy it to add them.
+        ``meta``: annotations known before the step is built (a relay's, for an answer
+        it passes on as it is), after those the recorder adds (``capped`` …): the step is
+        built once, with them, where a ``finalize`` would copy it to add them. A fresh
+        dict: it becomes the step's own.
         """
         if type(value) is Shown:  # a relay's answer, shown as it is (``real_parts``)
             self._claim()
@@ -102,7 +103,7 @@ class OpenCall:
                 meta = {"capped": capped} if meta is None else {"capped": capped, **meta}
             step = self._call.step("real", shown, None, meta, index=self._recorder.take_index())
             return self._recorder.record_inline(step, finalize)
-        return self._finish(CallOutcome(kind="returned", value=value), finalize)
+        return self._finish(CallOutcome(kind="returned", value=value), finalize, meta)
 
     def failed(self, exc: BaseException, finalize: Finalize | None = None) -> ToolCallStep:
         """The call raised ``exc``: recorded, and shown as an error naming it."""
@@ -124,9 +125,13 @@ class OpenCall:
         step = self._call.interrupted("real", index=self._recorder.take_index())
         return self._recorder.record_inline(step, finalize)
 
-    def _finish(self, outcome: CallOutcome, finalize: Finalize | None) -> ToolCallStep:
+    def _finish(
+        self, outcome: CallOutcome, finalize: Finalize | None, known: dict[str, Any] | None = None
+    ) -> ToolCallStep:
         self._claim()
         shown, actual, meta = real_parts(outcome, self._cap, self.limit)
+        if known:
+            meta = {**meta, **known}
         step = self._call.step("real", shown, actual, meta, index=self._recorder.take_index())
         return self._recorder.record_inline(step, finalize)
 

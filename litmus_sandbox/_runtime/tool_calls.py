@@ -123,17 +123,19 @@ def cap_args(args: dict[str, Any], cap: int) -> tuple[dict[str, Any], dict[str, 
     used = 0
     for name, value in args.items():
         part = _json.encode(value)
-        if len(part) > share:
+        too_long = len(part) > share
+        if too_long:
             text = value if isinstance(value, str) else part.decode(errors="replace")
             value, _ = cap_text(text, share)
-            cut.append(name)
             part = _json.encode(value)
         used += len(part) + len(_json.encode(name)) + 2  # its name, a colon, a comma
         if used > cap:
             break
         kept[name] = value
+        if too_long:
+            cut.append(name)
     facts: dict[str, Any] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    facts["cut"] = [name for name in cut if name in kept]
+    facts["cut"] = cut
     if len(kept) < len(args):
         facts["dropped"] = len(args) - len(kept)
     return kept, facts

@@ -104,15 +104,7 @@ class JsonlWriter:
         Raises:
             OSError: the write failed; the file still ends with the last whole record.
         """
-        self._append(encode(record))
-
-    def append(self, line: bytes) -> None:
-        """Append one record already encoded (a JSON line, with its newline).
-
-        Raises:
-            OSError: the write failed; the file still ends with the last whole record.
-        """
-        self._append(line)
+        self.append(encode(record))
 
     def write_many(self, records: Iterable[msgspec.Struct]) -> None:
         """Append several records with one write.
@@ -120,9 +112,14 @@ class JsonlWriter:
         Raises:
             OSError: the write failed; the records written whole are kept, the rest not.
         """
-        self._append(b"".join(encode(r) for r in records))
+        self.append(b"".join(encode(r) for r in records))
 
-    def _append(self, data: bytes) -> None:
+    def append(self, data: bytes) -> None:
+        """Append records already encoded (JSON lines, each with its newline).
+
+        Raises:
+            OSError: the write failed; the records written whole are kept, the rest not.
+        """
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"{self.path}: writer is closed")

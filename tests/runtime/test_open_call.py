@@ -140,10 +140,10 @@ async def test_finalize_annotates_the_step_before_it_is_written(tmp_path: Path) 
     assert step.meta == {"seen": "hello"}
 
 
-@pytest.mark.parametrize("shown", OUTCOMES[:2], ids=["small", "capped"])
-async def test_meta_known_up_front_records_what_a_finalize_adds(
-    tmp_path: Path, shown: Shown
-) -> None:
+@pytest.mark.parametrize(
+    "shown", OUTCOMES[:5], ids=["small", "capped", "value", "text", "capped-text"]
+)
+async def test_meta_known_up_front_records_what_a_finalize_adds(tmp_path: Path, shown: Any) -> None:
     """``done(shown, meta=...)`` builds the step once with its annotations: the same step
     a ``finalize`` adding them makes (after the cap's own note), numbered in its place."""
     relay = {"request_id": 7, "reply": "relay"}
