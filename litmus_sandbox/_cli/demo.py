@@ -1,7 +1,7 @@
 """``litmus-sandbox demo``: the incident, live, with no network and no model.
 
-A scripted adversarial agent runs against real Python tools in a temporary sandbox
-directory, and the demo tells the incident's story in five steps:
+A scripted adversarial agent runs against real Python tools in a sandbox directory (in
+the folder the demo writes to), and the demo tells the incident's story in five steps:
 
 1. agent 1.0 (the baseline) and agent 1.1 (the candidate) are recorded in full; the
    baseline is scored the old way (``truncate_on_refusal``, as the incident's baselines
@@ -13,14 +13,20 @@ directory, and the demo tells the incident's story in five steps:
 4. fidelity tags and a finding of the side-effect oracle;
 5. the baseline re-scored like the candidate (``rebaseline``, through the cache): the one
    genuine regression and the one genuine improvement, and the HTML report to open.
+
+It writes to ``--out DIR``, else to a folder of its own, the same at every run
+(:func:`default_folder`, under the user's cache): the report it names stays there to open,
+and runs do not pile up folders. A run replaces the files of the run before it in the
+folder it writes to.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +235,16 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-async def run_demo(out: Path) -> int:
-    """Run the demo in ``out`` (its policy files already written there)."""
+def default_folder() -> Path:
+    """Where the demo writes without ``--out``: ``$XDG_CACHE_HOME/litmus-sandbox/demo``
+    (``~/.cache/litmus-sandbox/demo``), beside the step-verdict cache's default."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "litmus-sandbox" / "demo"
+
+
+async def run_demo(out: Path, *, chosen: bool = True) -> int:
+    """Run the demo in ``out`` (its policy files already written there); ``chosen=False``
+    when ``out`` is :func:`default_folder` (the demo then says how to write elsewhere)."""
     policy = Policy.from_file(out / "policy.toml")
     config = load_policy(out / "policy.toml")
     legacy_config = load_policy(out / "legacy-policy.toml")
@@ -238,16 +252,23 @@ async def run_demo(out: Path) -> int:
     (out / "verdict-cache.sqlite").unlink(missing_ok=True)
     cache = VerdictCache(out / "verdict-cache.sqlite")
     try:
-        return await _story(out, policy, config, legacy_config, cache)
+        return await _story(out, policy, config, legacy_config, cache, chosen=chosen)
     finally:
         cache.close()
 
 
 async def _story(
-    out: Path, policy: Policy, config: ScoringConfig, legacy: ScoringConfig, cache: VerdictCache
+    out: Path,
+    policy: Policy,
+    config: ScoringConfig,
+    legacy: ScoringConfig,
+    cache: VerdictCache,
+    *,
+    chosen: bool,
 ) -> int:
     _say(f"litmus-sandbox demo: {len(CASES)} adversarial cases, real tools, no network, no model")
-    _say(f"working folder: {out}\n")
+    again = "" if chosen else " (the demo's own, reused at every run; --out DIR for another)"
+    _say(f"working folder: {out}{again}\n")
     base_eps = await record(out, "baseline", 0, policy=policy)
     cand_eps = await record(out, "candidate", 1, policy=policy)
     base_v, _ = score(base_eps, legacy, out / "baseline-legacy.verdicts.jsonl", cache)
@@ -360,15 +381,17 @@ def _write_html(
 
 
 def main(out: str | None) -> int:
-    folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="litmus-demo-"))
+    """Run the demo in ``out``, else in :func:`default_folder`; the exit code."""
+    folder = Path(out) if out else default_folder()
     if folder.exists() and not folder.is_dir():
-        print(f"litmus-sandbox: error: --out {out}: not a directory", file=sys.stderr)
+        where = f"--out {out}" if out else str(folder)
+        print(f"litmus-sandbox: error: {where}: not a directory", file=sys.stderr)
         return 2
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "policy.toml").write_text(POLICY)
         (folder / "legacy-policy.toml").write_text(LEGACY_SCORING)
-        return anyio.run(run_demo, folder)
+        return anyio.run(partial(run_demo, folder, chosen=bool(out)))
     except OSError as exc:
         print(f"litmus-sandbox: error: {exc}", file=sys.stderr)
         return 2

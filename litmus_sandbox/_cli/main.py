@@ -213,8 +213,20 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("proxy", help=_HELP["proxy"])
     p.add_argument("kind", choices=["mcp"], help="the kind of tool server")
 
-    p = sub.add_parser("demo", help=_HELP["demo"])
-    p.add_argument("--out", metavar="DIR", help="folder for episodes, verdicts and reports")
+    p = sub.add_parser(
+        "demo",
+        help=_HELP["demo"],
+        description="Record a scripted agent's two versions against real tools, score and "
+        "gate them, and name the HTML report to open. Each run replaces the files of the "
+        "run before it in the folder it writes to.",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="folder for episodes, verdicts and reports (default: the demo's own, "
+        "$XDG_CACHE_HOME/litmus-sandbox/demo or ~/.cache/litmus-sandbox/demo, the same at "
+        "every run)",
+    )
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -1,12 +1,15 @@
-"""The built-in demo, run as a user runs it: real tools in a temp folder, real files out."""
+"""The built-in demo, run as a user runs it: real tools in its own folder, real files out."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 from factories import ROOT
 
 from litmus_sandbox import ToolCallStep, Verdict, read_episodes, read_verdicts
@@ -110,3 +113,50 @@ def test_demo_out_onto_a_file_is_one_clear_line(tmp_path: Path) -> None:
         f"litmus-sandbox: error: --out {target}: not a directory\n",
     )
     assert target.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("xdg", [True, False])
+def test_demo_without_out_writes_to_its_own_named_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xdg: bool
+) -> None:
+    """No --out: one folder, named at the start and by the report line, the same at every
+    run; no temporary folder left behind."""
+    if xdg:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        folder = tmp_path / "cache" / "litmus-sandbox" / "demo"
+    else:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+        folder = Path(os.environ["HOME"]) / ".cache" / "litmus-sandbox" / "demo"
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.iterdir())
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-m", "litmus_sandbox._cli.main", "demo"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[1] == (
+            f"working folder: {folder} (the demo's own, reused at every run; --out DIR for another)"
+        )
+        assert lines[-2] == f"Open the report: {folder / 'report.html'}"
+        assert (folder / "report.html").is_file()
+    assert set(temp.iterdir()) == before
+    assert len(read_episodes([folder / "candidate.episodes.jsonl"])) == 6  # nothing doubled
+
+
+def test_demo_help_names_its_default_folder() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "litmus_sandbox._cli.main", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "400"},  # no line broken inside a path
+    )
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "~/.cache/litmus-sandbox/demo, the same at every run" in text
+    assert "replaces the files of the run before it" in text
