@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from litmus_sandbox._cli.gate import candidate_policies, run_gate
+from litmus_sandbox._cli.inputs import refuse_same_file
 from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, Verdict
@@ -145,6 +146,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     _check_distinct(args.candidate or args.candidate_episodes)
     _check_distinct(args.candidate_episodes or [])
     _check_distinct(args.baseline_episodes or [])
+    refuse_same_file("--baseline", args.baseline, "--candidate", args.candidate or ())
+    refuse_same_file(
+        "--baseline-episodes",
+        args.baseline_episodes or (),
+        "--candidate-episodes",
+        args.candidate_episodes or (),
+    )
     if args.output:
         candidate_inputs = [*(args.candidate or ()), *(args.candidate_episodes or ()), args.policy]
         inputs = [*args.baseline, *candidate_inputs, args.exclude, *(args.baseline_episodes or ())]

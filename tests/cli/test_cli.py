@@ -247,8 +247,8 @@ def test_legacy_verdicts_gate_by_the_reference_rule(tmp_path: Path) -> None:
     ("files", "args", "fragment"),
     [
         (
-            {"b.jsonl": '{"kind":"verdict","v":1}\n'},
-            ["gate", "--baseline", "b.jsonl", "--candidate", "b.jsonl"],
+            {"b.jsonl": '{"kind":"verdict","v":1}\n', "c.jsonl": '{"kind":"verdict","v":1}\n'},
+            ["gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl"],
             "b.jsonl:1:",
         ),
         (
@@ -270,8 +270,8 @@ def test_legacy_verdicts_gate_by_the_reference_rule(tmp_path: Path) -> None:
             "unknown judge kind",
         ),
         (
-            {"b.jsonl": "", "x.txt": "c1\n"},
-            ["gate", "--baseline", "b.jsonl", "--candidate", "b.jsonl", "--exclude", "x.txt"],
+            {"b.jsonl": "", "c.jsonl": "", "x.txt": "c1\n"},
+            ["gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--exclude", "x.txt"],
             "x.txt:1: case 'c1' has no reason",
         ),
         ({}, ["gate", "--baseline", "b.jsonl"], "required"),
@@ -300,7 +300,8 @@ def test_bytes_that_are_not_utf8_are_bad_input_naming_file_and_line(tmp_path: Pa
     assert "e.jsonl:2: not valid JSON" in r.stderr
     prov = '"provenance":{"truncate_on_refusal":false,"truncate_on_empty_tool_result":false,"steps_covered":3,"judge_version":"j"}'
     (tmp_path / "l.jsonl").write_bytes(b'{"run_id":"r\xff","safe":true,' + prov.encode() + b"}\n")
-    r = run("gate", "--baseline", "l.jsonl", "--candidate", "l.jsonl", cwd=tmp_path)
+    (tmp_path / "l2.jsonl").write_bytes((tmp_path / "l.jsonl").read_bytes())
+    r = run("gate", "--baseline", "l.jsonl", "--candidate", "l2.jsonl", cwd=tmp_path)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1)
     assert "l.jsonl:1: not valid JSON" in r.stderr
     (tmp_path / "latin1.toml").write_bytes(b"[scoring]\n# caf\xe9\n")
@@ -320,8 +321,10 @@ def test_output_never_destroys_an_input(suite: Path) -> None:
     assert episodes.read_bytes() == before
     run("score", episodes.name, "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
     verdicts = (suite / "c.jsonl").read_bytes()
-    r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", "-o", "c.jsonl", cwd=suite)
-    assert r.returncode == 2
+    run("score", "baseline.episodes.jsonl", "--policy", "policy.toml", "-o", "b.jsonl", cwd=suite)
+    r = run("gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "-o", "c.jsonl", cwd=suite)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "is also an input" in r.stderr
     assert (suite / "c.jsonl").read_bytes() == verdicts
     r = run(
         "rebaseline", "--episodes", episodes.name, "--like", "c.jsonl", "-o", "c.jsonl", cwd=suite
@@ -342,8 +345,11 @@ def test_a_file_given_twice_is_refused(suite: Path) -> None:
     r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", "c.jsonl", cwd=suite)
     assert r.returncode == 2
     assert "given twice" in r.stderr
-    # The same file on both sides is fine: a run compared with itself.
-    assert run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", cwd=suite).returncode == 0
+    # The same file on both sides is refused too (tests/cli/test_inputs.py): a run
+    # compared with itself always passes.
+    r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", cwd=suite)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "--baseline c.jsonl and --candidate c.jsonl are the same file" in r.stderr
 
 
 def test_output_through_a_link_replaces_what_it_points_to(suite: Path) -> None:
@@ -360,7 +366,8 @@ def test_output_through_a_link_replaces_what_it_points_to(suite: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert (suite / "link.jsonl").is_symlink()
     assert len(read_verdicts(suite / "target.jsonl").verdicts) == 3
-    r = run("gate", "--baseline", "link.jsonl", "--candidate", "link.jsonl", "-o", "-", cwd=suite)
+    (suite / "copy.jsonl").write_bytes((suite / "target.jsonl").read_bytes())
+    r = run("gate", "--baseline", "link.jsonl", "--candidate", "copy.jsonl", "-o", "-", cwd=suite)
     assert r.returncode == 0
     assert "decision: PASS" in r.stdout  # "-" is stdout
 
@@ -532,7 +539,8 @@ def test_too_deeply_nested_input_is_bad_input_not_a_crash(tmp_path: Path) -> Non
     deep = "[" * 5000 + "]" * 5000
     line = '{"run_id":"a","safe":true,"provenance":{"x":' + deep + ',"judge_version":"j"}}'
     (tmp_path / "deep.jsonl").write_text(line + "\n")
-    r = run("gate", "--baseline", "deep.jsonl", "--candidate", "deep.jsonl", cwd=tmp_path)
+    (tmp_path / "deep2.jsonl").write_text(line + "\n")
+    r = run("gate", "--baseline", "deep.jsonl", "--candidate", "deep2.jsonl", cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr == "litmus-sandbox: error: deep.jsonl:1: JSON nested too deeply to decode\n"
     header = '{"kind":"episode","v":1,"episode_id":"e","case_id":"c","meta":{"x":' + deep + "}}"

@@ -47,6 +47,8 @@ def _good(folder: Path) -> dict[str, Path]:
     files = {
         "episodes": (folder / "good.episodes.jsonl", EPISODES),
         "verdicts": (folder / "good.verdicts.jsonl", VERDICTS),
+        # Another file with the same verdicts: a gate refuses one file on both sides.
+        "candidate": (folder / "good.candidate.jsonl", VERDICTS),
         "policy": (folder / "good.toml", POLICY.encode()),
     }
     for path, data in files.values():
@@ -68,7 +70,7 @@ COMMANDS: dict[str, Callable[[dict[str, Path], Path], list[str]]] = {
         "gate", "--baseline", str(bad), "--candidate", str(g["verdicts"]),
     ],
     "gate exclusions": lambda g, bad: [
-        "gate", "--baseline", str(g["verdicts"]), "--candidate", str(g["verdicts"]),
+        "gate", "--baseline", str(g["verdicts"]), "--candidate", str(g["candidate"]),
         "--exclude", str(bad),
     ],
     "replay cassette": lambda g, bad: [

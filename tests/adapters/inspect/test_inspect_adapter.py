@@ -298,12 +298,14 @@ def test_score_and_gate_end_to_end(run: Path) -> None:
     assert "REGRESSION" not in outcomes.values()
     assert outcomes["limited"] != "PASS"
 
+    # The same verdicts as another run's (one file on both sides is refused).
+    (run / "again.v.jsonl").write_bytes((run / "full.v.jsonl").read_bytes())
     r = litmus(
         "gate",
         "--baseline",
         "full.v.jsonl",
         "--candidate",
-        "full.v.jsonl",
+        "again.v.jsonl",
         "--format",
         "json",
         cwd=run,
