@@ -5,10 +5,14 @@
     python3 dev.py incident   reproduce the incident's figures on a synthetic suite
     python3 dev.py test       lint (ruff), type-check (mypy --strict), check the layers
                               (import-linter), build the docs (mkdocs --strict: a broken
-                              link fails) and run the tests
+                              link fails), build the wheel and its clean venvs (one per
+                              extra, tests/installed/profiles.py) and run the tests on
+                              every core (pytest-xdist; extra arguments go to pytest)
 
 Only Python 3.11+ is needed: the first run creates ``.venv`` beside this file and
-installs the project into it (editable, with its test and dev extras).
+installs the project into it (editable, with its test and dev extras). The command is
+then ``.venv/bin/litmus-sandbox`` (or ``source .venv/bin/activate``); ``pip install .``
+from the clone installs it anywhere.
 """
 
 from __future__ import annotations
@@ -105,7 +109,12 @@ def main(argv: list[str]) -> int:
     _ensure_env()
     job, rest = argv[0], argv[1:]
     if job == "demo":
-        return _run(BIN / "litmus-sandbox", "demo", *rest)
+        code = _run(BIN / "litmus-sandbox", "demo", *rest)
+        print(
+            f"\ndev.py: the command is {BIN / 'litmus-sandbox'} "
+            f"(or run `source {BIN / 'activate'}` to put litmus-sandbox on PATH)"
+        )
+        return code
     if job == "incident":
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     _ensure_npm_servers()
@@ -120,7 +129,11 @@ def main(argv: list[str]) -> int:
     ):
         if (rc := _run(*step)) != 0:
             return rc
-    return _run(BIN / "python", "-m", "pytest", *rest)
+    # The wheel and its clean venvs for tests/installed (the registry is needed here only).
+    if (rc := _run(BIN / "python", ROOT / "tests" / "installed" / "profiles.py")) != 0:
+        return rc
+    parallel = [] if any(a == "-n" or a.startswith("-n") for a in rest) else ["-n", "auto"]
+    return _run(BIN / "python", "-m", "pytest", *parallel, *rest)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import math
 from collections.abc import Callable
 
 import anyio
-import sniffio
 from anyio.abc import Process
 
 from ._episodes import EpisodeSlot
@@ -197,9 +196,10 @@ class Session(CallSession):
 
 def _clock() -> Callable[[], float]:
     """The clock anyio reads (``anyio.current_time``), without its lookups per call."""
-    if sniffio.current_async_library() == "asyncio":
+    try:
         return asyncio.get_running_loop().time
-    return anyio.current_time
+    except RuntimeError:  # not on asyncio (trio): no asyncio loop runs in this thread
+        return anyio.current_time
 
 
 async def stop_server(process: Process, grace: float) -> int:
