@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from litmus_sandbox._cli.gate import candidate_policies, run_gate
-from litmus_sandbox._cli.inputs import refuse_same_file
+from litmus_sandbox._cli.inputs import refuse_same_file, require_records
 from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, Verdict
@@ -110,6 +110,7 @@ def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.policy])
+    require_records(args.episodes, "episodes", allow=args.allow_empty_input)
     config = load_policy(args.policy)
     cache = _open_cache(args)
     failed = False
@@ -172,6 +173,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
                 args.output,
             ],
         )
+    _require_gate_records(args)
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
     config: ScoringConfig | None = None
     candidate_verdicts: Sequence[AnyVerdict] | None = None
@@ -194,6 +196,43 @@ def cmd_gate(args: argparse.Namespace) -> int:
         recordings = _rescore_costs(args, candidate, warnings, config)
     code = run_gate(args, exclusions, recordings, warnings, candidate_verdicts)
     return EXIT_JUDGE if judge_failed and code != 1 else code
+
+
+def _require_gate_records(args: argparse.Namespace) -> None:
+    """Refuse an empty input of ``gate`` (unless ``--allow-empty-input``), saying what a
+    lone empty file on a side would do to every case of the other."""
+    allow = args.allow_empty_input
+
+    def then(paths: Sequence[str], outcome: str) -> str:
+        return outcome if len(paths) == 1 else ""
+
+    require_records(
+        args.baseline,
+        "verdicts",
+        allow=allow,
+        arg="--baseline",
+        then=then(args.baseline, "every candidate case would be baseline_missing"),
+    )
+    candidate_missing = "every baseline case would be candidate_missing"
+    if args.candidate:
+        require_records(
+            args.candidate,
+            "verdicts",
+            allow=allow,
+            arg="--candidate",
+            then=then(args.candidate, candidate_missing),
+        )
+    scored_now = args.candidate is None and args.candidate_episodes
+    require_records(
+        args.candidate_episodes or (),
+        "episodes",
+        allow=allow,
+        arg="--candidate-episodes",
+        then=then(args.candidate_episodes, candidate_missing) if scored_now else "",
+    )
+    require_records(
+        args.baseline_episodes or (), "episodes", allow=allow, arg="--baseline-episodes"
+    )
 
 
 def _score_candidate(
@@ -244,6 +283,14 @@ def _rescore_costs(
 def cmd_rebaseline(args: argparse.Namespace) -> int:
     _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
+    require_records(args.episodes, "episodes", allow=args.allow_empty_input, arg="--episodes")
+    require_records(
+        [args.like],
+        "verdicts",
+        arg="--like",
+        then="rebaseline reads the candidate's scoring policy from it",
+        flag=False,
+    )
     config, record = rebaseline_config(like=args.like, policy=args.policy)
     if record is None:
         print(

@@ -53,7 +53,8 @@ EPILOG = (
     "an oracle contradiction); 4 no regression but NEEDS_REBASELINE / NEEDS_RERUN cases "
     "(unless --allow-unresolved); 5 nothing was compared: no case on either side (unless "
     "--allow-empty); 6 the judge gave no verdict for some steps (--candidate-episodes); "
-    "2 bad usage, unreadable input, or the same file on both sides."
+    "2 bad usage, unreadable input, an empty input file (unless --allow-empty-input), or "
+    "the same file on both sides."
 )
 
 #: Verdict files from this size on (bytes, both sides) get a count of the cases decided

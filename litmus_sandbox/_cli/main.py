@@ -3,7 +3,8 @@
 Exit codes: 0 nothing blocks; 1 at least one REGRESSION; 4 no regression but unresolved
 cases (unless ``--allow-unresolved``); 5 nothing was compared, no case on either side
 (unless ``--allow-empty``); 2 bad usage or unreadable input, reported as one
-line naming the file and line, never a traceback; 6 the judge gave no verdict for some
+line naming the file and line, never a traceback (an empty episode or verdict file too,
+unless ``--allow-empty-input``: ``_cli/inputs.py``); 6 the judge gave no verdict for some
 steps (``score``, ``rebaseline``, ``gate --candidate-episodes``: one line per failure
 class). ``replay --check`` and ``diff`` (in ``_cli/replay.py``) exit 1 on a divergence or
 a difference.
@@ -31,9 +32,10 @@ EXIT_INTERNAL = 3
 #: What ``litmus-sandbox --help`` says of the exit codes (each command's help says its own).
 EXIT_CODES = (
     "exit codes: 0 nothing blocks; 1 a REGRESSION (gate), a divergence (replay --check), a "
-    "difference (diff); 2 bad usage or unreadable input (one line naming the file and "
-    "line); 3 litmus-sandbox itself failed (a bug); 4 NEEDS_REBASELINE / NEEDS_RERUN cases "
-    "and no regression (gate, unless --allow-unresolved); 5 nothing was compared (gate, "
+    "difference (diff); 2 bad usage, unreadable input or an empty one (one line naming "
+    "the file and line; --allow-empty-input accepts an empty one); 3 litmus-sandbox "
+    "itself failed (a bug); 4 NEEDS_REBASELINE / NEEDS_RERUN cases and no regression "
+    "(gate, unless --allow-unresolved); 5 nothing was compared (gate, "
     "unless --allow-empty); 6 the judge gave no verdict for some steps (score, rebaseline, "
     "gate --candidate-episodes); 130 stopped by a signal (proxy mcp)."
 )
@@ -118,6 +120,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     from litmus_sandbox import reports
     from litmus_sandbox._cli.gate import EPILOG as GATE_EPILOG
     from litmus_sandbox._cli.gate import add_gate_flags
+    from litmus_sandbox._cli.inputs import add_allow_empty_input
     from litmus_sandbox._cli.replay import add_parsers as add_replay_parsers
     from litmus_sandbox._cli.show import add_parser as add_show_parser
 
@@ -127,6 +130,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     p.add_argument(
         "-o", "--output", required=True, metavar="VERDICTS.jsonl", help="verdict stream to write"
     )
+    add_allow_empty_input(p, "an EPISODES file", " (with none at all, 0 episodes are scored)")
     _add_cache_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_score)
@@ -176,6 +180,11 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
         "--baseline-episodes / --candidate-episodes)",
     )
     add_gate_flags(p)
+    add_allow_empty_input(
+        p,
+        "a verdict or episode file",
+        " (then --allow-empty decides whether nothing compared passes)",
+    )
     _add_cache_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_gate)
@@ -201,6 +210,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
         metavar="NEW_BASELINE.jsonl",
         help="verdict stream to write",
     )
+    add_allow_empty_input(p, "an --episodes file", " (--like never: its policy is read)")
     _add_cache_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_rebaseline)
@@ -287,11 +297,15 @@ def _add_adapter_group(
 ) -> None:
     import importlib
 
+    from litmus_sandbox._cli.inputs import add_allow_empty_input
+
     p = sub.add_parser(command, help=what)
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=Parser)
     for kind, (module, help_) in table.items():
         k = kinds.add_parser(kind, help=help_)
         importlib.import_module(module).add_arguments(k)
+        if command == "export":  # they read episode (and verdict) streams: see cmd_import
+            add_allow_empty_input(k, "an EPISODES or --verdicts file")
         k.set_defaults(func=cmd_import, importer=module)
 
 
@@ -299,6 +313,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     import importlib
 
     module = importlib.import_module(args.importer)
+    if args.command == "export":  # an exporter's streams are refused empty as every reader's
+        from litmus_sandbox._cli.inputs import require_records
+
+        allow = args.allow_empty_input
+        require_records(getattr(args, "episodes", ()), "episodes", allow=allow)
+        require_records(
+            [getattr(args, "verdicts", None)], "verdicts", allow=allow, arg="--verdicts"
+        )
     if args.command != "import":  # export, run: the adapter shows what it does
         code: int = module.run(args)
         return code

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from litmus_sandbox._cli.inputs import add_allow_empty_input, require_records
 from litmus_sandbox._cli.progress import track
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.diff import CATEGORIES, Change, EpisodeDiff, diff_episodes, pair_by_case
@@ -93,6 +94,11 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="no progress bar while checking (there is none unless stderr is a terminal)",
     )
+    add_allow_empty_input(
+        p,
+        "an EPISODES or --cassette file",
+        " (no episode at all: nothing to check; an empty recording serves no call)",
+    )
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
@@ -113,6 +119,9 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="report format (default table)"
+    )
+    add_allow_empty_input(
+        p, "an A or B file", " (every case of the other side is then only on that side)"
     )
     p.set_defaults(func=cmd_diff)
 
@@ -170,14 +179,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Check (or report) how episodes followed their recording."""
     if not args.cassette and (args.order or args.ignore or args.policy):
         raise ConfigError("--order, --ignore and --policy apply to a check against --cassette")
+    allow = args.allow_empty_input
+    require_records(args.episodes, "episodes", allow=allow)
+    require_records(args.cassette or (), "episodes", allow=allow, arg="--cassette")
     warnings: list[ReadWarning] = []
     episodes = read_episodes(args.episodes, warnings)
-    if not episodes:
+    if not episodes and not allow:
         raise ConfigError(f"no episodes in {', '.join(args.episodes)}")
     if args.cassette:
         options_for = _options_for(args)
         recorded = read_episodes(args.cassette, warnings)
-        if not recorded:
+        if not recorded and not allow:
             raise ConfigError(f"no recorded episodes in {', '.join(args.cassette)}")
         checking = track(episodes, "checking episodes", quiet=args.quiet)
         reports = check_episodes(recorded, checking, options_for)
@@ -190,7 +202,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             path, line = _locate(args.episodes, exc.episode_id, exc.record, exc.step)
             raise RecordDecodeError(path, line, f"malformed replay record: {exc.problem}") from None
         reports = [r for r in found if r is not None]
-        if not reports:
+        if episodes and not reports:
             raise ConfigError(
                 f"no episode in {', '.join(args.episodes)} replayed a recording; "
                 "pass --cassette RECORDED to compare with a recording"
@@ -277,19 +289,24 @@ def render_replay_table(reports: Sequence[ReplayReport], exit_code: int) -> str:
 # ---------------------------------------------------------------- diff
 
 
-def select_episodes(spec: str) -> tuple[str, list[Episode], list[ReadWarning]]:
-    """The episodes ``FILE`` or ``FILE#ID`` names (ID: an episode id, else a case id).
+def select_episodes(
+    spec: str, *, allow_empty: bool = False
+) -> tuple[str, list[Episode], list[ReadWarning]]:
+    """The episodes ``FILE`` or ``FILE#ID`` names (ID: an episode id, else a case id);
+    with ``allow_empty``, none from a ``FILE`` that holds none.
 
     Raises:
         RecordDecodeError: the file cannot be read.
+        LitmusError: the file is empty (holds no record), and not ``allow_empty``.
         ConfigError: no episode matches ``ID``, or the file holds no episode.
     """
     path, selector = spec, None
     if not os.path.exists(spec) and "#" in spec:
         path, _, selector = spec.rpartition("#")
+    require_records([path], "episodes", allow=allow_empty)
     warnings: list[ReadWarning] = []
     episodes = read_episodes([path], warnings)
-    if not episodes:
+    if not episodes and not allow_empty:
         raise ConfigError(f"{path}: holds no episode")
     if selector is None:
         return path, episodes, warnings
@@ -303,8 +320,8 @@ def select_episodes(spec: str) -> tuple[str, list[Episode], list[ReadWarning]]:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two episodes (or two runs, case by case)."""
-    a_path, a_eps, a_warn = select_episodes(args.a)
-    b_path, b_eps, b_warn = select_episodes(args.b)
+    a_path, a_eps, a_warn = select_episodes(args.a, allow_empty=args.allow_empty_input)
+    b_path, b_eps, b_warn = select_episodes(args.b, allow_empty=args.allow_empty_input)
     _warn([*a_warn, *b_warn])
     only_a: list[Episode] = []
     only_b: list[Episode] = []

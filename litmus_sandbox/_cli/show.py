@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from litmus_sandbox._cli.inputs import add_allow_empty_input, require_records
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._model.errors import LitmusError
@@ -66,10 +67,15 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         metavar="POLICY.toml",
         help="tell refusals by this policy's refusal detector (default: the built-in one)",
     )
+    add_allow_empty_input(
+        p, "an EPISODES or --verdicts file", " (with no episode at all, nothing is shown)"
+    )
     p.set_defaults(func=cmd_show)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    require_records(args.episodes, "episodes", allow=args.allow_empty_input)
+    require_records(args.verdicts or (), "verdicts", allow=args.allow_empty_input, arg="--verdicts")
     detector = RefusalDetector()
     if args.policy:
         from litmus_sandbox.judges import load_policy
@@ -87,7 +93,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         shown += 1
     for w in warnings:
         print(f"litmus-sandbox: {w}", file=sys.stderr)
-    if not shown:
+    picked = args.case is not None or args.episode is not None
+    # --allow-empty-input: no episode at all is nothing to show, not a mistake.
+    if not shown and (seen_cases or picked or not args.allow_empty_input):
         raise LitmusError(_nothing(args, seen_cases))
     return 0
 

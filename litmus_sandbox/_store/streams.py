@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, Literal, cast
 
 import msgspec
 
@@ -46,7 +46,13 @@ from litmus_sandbox._model.records import (
     Step,
     Verdict,
 )
-from litmus_sandbox._store.files import iter_blocks, iter_lines, open_input, replaced
+from litmus_sandbox._store.files import (
+    BLOCK_BYTES,
+    iter_blocks,
+    iter_lines,
+    open_input,
+    replaced,
+)
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,25 @@ def _lines(path: str, max_line: int | None) -> Iterator[tuple[int, bytes, bool]]
             line = raw.strip()
             if line:
                 yield lineno, line, not ended
+
+
+def holds_no_record(path: str | os.PathLike[str]) -> Literal["empty", "blank"] | None:
+    """Whether a stream holds no record: ``"empty"`` (zero bytes), ``"blank"`` (only blank
+    lines, which every reader skips), or None (it holds one: read up to its first byte).
+
+    The readers take such a file as holding nothing; a command that should not (an empty
+    baseline, a recording that recorded nothing) asks this first.
+
+    Raises:
+        RecordDecodeError: not a regular file, or it cannot be opened (as every reader).
+    """
+    seen = False
+    with open_input(path) as f:
+        while chunk := f.read(BLOCK_BYTES):
+            if chunk.strip():  # what a reader strips from a line: ASCII whitespace
+                return None
+            seen = True
+    return "blank" if seen else "empty"
 
 
 def _raise(path: str, lineno: int, problem: DecodeProblem) -> None:

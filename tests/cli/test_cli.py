@@ -271,7 +271,16 @@ def test_legacy_verdicts_gate_by_the_reference_rule(tmp_path: Path) -> None:
         ),
         (
             {"b.jsonl": "", "c.jsonl": "", "x.txt": "c1\n"},
-            ["gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", "--exclude", "x.txt"],
+            [
+                "gate",
+                "--baseline",
+                "b.jsonl",
+                "--candidate",
+                "c.jsonl",
+                "--exclude",
+                "x.txt",
+                "--allow-empty-input",
+            ],
             "x.txt:1: case 'c1' has no reason",
         ),
         ({}, ["gate", "--baseline", "b.jsonl"], "required"),

@@ -53,11 +53,15 @@ def _gate(tmp_path: Path, *args: str, out: str = "report") -> tuple[int, str]:
 
 @pytest.mark.parametrize("fmt", ["table", "json", "jsonl", "junit", "markdown"])
 def test_nothing_compared_exits_5_unless_allowed(tmp_path: Path, fmt: str) -> None:
-    """Two empty inputs (a CI step that wrote nothing) never pass silently."""
+    """Two empty inputs (a CI step that wrote nothing) never pass silently: each is an
+    error (exit 2) unless accepted, and then nothing was compared (exit 5)."""
     (tmp_path / "b.jsonl").write_text("")
     (tmp_path / "c.jsonl").write_text("")
     args = ["--baseline", "b.jsonl", "--candidate", "c.jsonl", "--format", fmt]
     args = [str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]
+    assert cli.main(["gate", *args]) == 2
+    assert cli.main(["gate", *args, "--allow-empty"]) == 2
+    args.append("--allow-empty-input")
     code, text = _gate(tmp_path, *args)
     assert code == 5
     assert "EMPTY" in text

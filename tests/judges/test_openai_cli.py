@@ -168,7 +168,7 @@ def test_gate_on_the_fly_with_judge_failures_exits_6(files: Path) -> None:
         (files / "b.jsonl").write_text("")
         r = run(
             "gate", "--baseline", "b.jsonl", "--candidate-episodes", "cand.jsonl", "--policy", p,
-            "--no-cache", cwd=files,
+            "--no-cache", "--allow-empty-input", cwd=files,
         )  # fmt: skip
     assert r.returncode == 6
     assert "http_status: 10 steps" in r.stderr

@@ -160,7 +160,8 @@ def test_nothing_compared_is_said_as_the_json_report_says_it(tmp_path: Path) -> 
     write_verdicts(b, None, [])
     write_verdicts(c, None, [])
     page = tmp_path / "r.html"
-    assert main(["gate", "--baseline", str(b), "--candidate", str(c), "--html", str(page)]) == 5
+    argv = ["gate", "--baseline", str(b), "--candidate", str(c), "--html", str(page)]
+    assert main([*argv, "--allow-empty-input"]) == 5  # empty files: refused unless accepted
     [(_, attrs, _)] = parse(page).find("data-decision")
     assert attrs["data-decision"] == "EMPTY"
     assert json.loads(parse(page).scripts["litmus-cases"]) == []
