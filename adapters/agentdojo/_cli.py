@@ -14,8 +14,6 @@ from typing import Any
 
 from litmus_sandbox._model.errors import ConfigError, LitmusError, UpstreamError
 
-EXTRA_HINT = "install the extra: pip install 'litmus-sandbox[agentdojo]'"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``run agentdojo``."""
@@ -87,13 +85,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the chosen cases, one episode each; print one summary line.
 
     Raises:
-        LitmusError: the extra is missing, or a suite, task, pipeline or policy is wrong.
+        ModuleNotFoundError: the extra is missing (the CLI names it in one line).
+        LitmusError: a suite, task, pipeline or policy is wrong.
     """
-    try:
-        from ._pipelines import pipeline_factory
-        from ._run import policy_of, run_case, suite_of
-    except ImportError as exc:
-        raise LitmusError(f"run agentdojo needs {exc.name}: {EXTRA_HINT}") from None
+    from ._pipelines import pipeline_factory
+    from ._run import policy_of, run_case, suite_of
     suite = suite_of(args.suite, args.benchmark_version)
     pairs = _pairs(suite, args.user_task, args.injection_task)
     policy = policy_of(args.policy)

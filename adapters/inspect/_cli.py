@@ -13,8 +13,6 @@ from collections.abc import Sequence
 
 from litmus_sandbox import LitmusError
 
-EXTRA_HINT = "install the extra: pip install 'litmus-sandbox[inspect]'"
-
 
 def _refuse_input_as_output(output: str, inputs: Sequence[str]) -> None:
     """Writing ``output`` must not destroy a log it reads.
@@ -42,14 +40,11 @@ def run(args: argparse.Namespace) -> int:
     """Import ``args.logs`` into ``args.output``; print one summary line.
 
     Raises:
-        LitmusError: the extra is not installed, ``-o`` names an input, or a file is not
-            an Inspect log.
+        ModuleNotFoundError: the extra is missing (the CLI names it in one line).
+        LitmusError: ``-o`` names an input, or a file is not an Inspect log.
     """
     _refuse_input_as_output(args.output, args.logs)
-    try:
-        from ._logs import import_logs
-    except ImportError as exc:
-        raise LitmusError(f"import inspect needs {exc.name}: {EXTRA_HINT}") from None
+    from ._logs import import_logs
     stats = import_logs(args.logs, args.output)
     truncated = f", {stats.truncated} truncated by a limit" if stats.truncated else ""
     repeated = (

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from litmus_sandbox._model.errors import LitmusError
 
-EXTRA_HINT = "install the extra: pip install 'litmus-sandbox[otel]'"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``export otel``."""
@@ -50,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     """Export ``args.episodes`` to ``args.output``; print one summary line.
 
     Raises:
-        LitmusError: the extra is missing, ``-o`` names an input, or an input is unreadable.
+        ModuleNotFoundError: the extra is missing (the CLI names it in one line).
+        LitmusError: ``-o`` names an input, or an input is unreadable.
     """
     inputs = [*args.episodes, *([args.verdicts] if args.verdicts else [])]
     target = Path(args.output)
@@ -59,13 +58,11 @@ def run(args: argparse.Namespace) -> int:
     for path in inputs:
         if target.exists() and os.path.exists(path) and os.path.samefile(target, path):
             raise LitmusError(f"-o {args.output} is also an input ({path}); write elsewhere")
-    try:
-        from ._spans import trace_lines
-    except ImportError as exc:
-        raise LitmusError(f"export otel needs {exc.name}: {EXTRA_HINT}") from None
     from litmus_sandbox._model.records import Verdict
     from litmus_sandbox._store.files import replaced
     from litmus_sandbox._store.streams import ReadWarning, iter_episodes, read_verdicts
+
+    from ._spans import trace_lines
 
     verdicts: dict[str, Verdict] = {}
     if args.verdicts:

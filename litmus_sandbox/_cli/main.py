@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._model.about import package_version
-from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.errors import LitmusError, missing_extra
 
 # 1 (a regression), 4 (unresolved) and 5 (nothing compared) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -364,22 +364,38 @@ def _quiet_broken_pipe() -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parse(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["proxy"]:
         # An edge may import adapters; only when used, so other commands never load them.
         from litmus_sandbox.adapters.mcp._cli import parse as parse_proxy
 
-        args = parse_proxy(argv[1:])
-    else:
-        # Only named commands for --help and --version: their modules are not loaded.
-        parser = build_parser(full=not (not argv or argv[0] in ("-h", "--help", "--version")))
-        args = parser.parse_args(argv)
-        if args.command == "rebaseline" and not (args.like or args.policy):
-            parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
-        if args.command == "gate":
-            _check_gate_candidate(parser, args)
+        proxy_args: argparse.Namespace = parse_proxy(argv[1:])
+        return proxy_args
+    # Only named commands for --help and --version: their modules are not loaded.
+    parser = build_parser(full=not (not argv or argv[0] in ("-h", "--help", "--version")))
+    args = parser.parse_args(argv)
+    if args.command == "rebaseline" and not (args.like or args.policy):
+        parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
+    if args.command == "gate":
+        _check_gate_candidate(parser, args)
+    return args
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug, not bad input: the traceback and exit 3, never the exit code of a regression."""
+    traceback.print_exc()
+    print(
+        f"litmus-sandbox: internal error (a bug; please report it with the lines above): "
+        f"{type(exc).__name__}: {exc}",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        args = _parse(argv)
         code: int = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
     except LitmusError as exc:
@@ -387,20 +403,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return _quiet_broken_pipe()
+    except ModuleNotFoundError as exc:
+        line = missing_extra(exc)
+        if line is None:
+            return _internal_error(exc)
+        print(f"litmus-sandbox: error: {line}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"litmus-sandbox: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug, not bad input: never the exit code of a regression
-        traceback.print_exc()
-        print(
-            f"litmus-sandbox: internal error (a bug; please report it with the lines above): "
-            f"{type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+    except Exception as exc:
+        return _internal_error(exc)
     return code
 
 

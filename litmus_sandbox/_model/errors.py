@@ -40,6 +40,27 @@ class ReplayLogError(LitmusError, ValueError):
         self.record = record or ("end" if step is None else "step")
 
 
+#: The top-level modules that only an optional extra brings, and that extra's name.
+EXTRA_OF_MODULE = {
+    "mcp": "mcp",
+    "uvloop": "mcp",
+    "inspect_ai": "inspect",
+    "opentelemetry": "otel",
+    "google": "otel",
+    "agentdojo": "agentdojo",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one line that names the extra to install, when ``exc`` is a module an extra
+    brings; None when it is not (then the missing module is a bug of ours)."""
+    top = (exc.name or "").partition(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return f"{exc.name} is not installed: install the extra: pip install 'litmus-sandbox[{extra}]'"
+
+
 class UpstreamError(LitmusError):
     """Infrastructure failed: a tool server, a judge endpoint, a subprocess."""
 

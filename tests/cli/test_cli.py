@@ -578,6 +578,56 @@ def test_a_bug_exits_3_never_the_regression_code(
     )
 
 
+@pytest.mark.parametrize(
+    ("missing", "extra"),
+    [("inspect_ai", "inspect"), ("opentelemetry.sdk", "otel"), ("agentdojo.types", "agentdojo")],
+)
+def test_a_missing_extra_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str, extra: str
+) -> None:
+    from litmus_sandbox._cli import main as _cli
+
+    def needs_extra(args: object) -> int:
+        raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+
+    monkeypatch.setattr(_cli, "cmd_gate", needs_extra)
+    assert _cli.main(["gate", "--baseline", "b", "--candidate", "c"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"litmus-sandbox: error: {missing} is not installed: install the extra: "
+        f"pip install 'litmus-sandbox[{extra}]'\n"
+    )
+
+
+def test_a_module_of_no_extra_missing_is_a_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from litmus_sandbox._cli import main as _cli
+
+    def broken(args: object) -> int:
+        raise ModuleNotFoundError("No module named 'sniffio'", name="sniffio")
+
+    monkeypatch.setattr(_cli, "cmd_gate", broken)
+    assert _cli.main(["gate", "--baseline", "b", "--candidate", "c"]) == 3
+    assert "ModuleNotFoundError: No module named 'sniffio'" in capsys.readouterr().err
+
+
+def test_a_bug_while_parsing_exits_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The proxy's parser is imported while parsing: a failure there is a bug too."""
+    import litmus_sandbox.adapters.mcp._cli as proxy_cli
+
+    def broken(argv: object) -> None:
+        raise ImportError("cannot import name 'x'")
+
+    monkeypatch.setattr(proxy_cli, "parse", broken)
+    from litmus_sandbox._cli import main as _cli
+
+    assert _cli.main(["proxy", "mcp", "--", "true"]) == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
 def test_policy_errors_name_the_policy_file(suite: Path) -> None:
     (suite / "badre.toml").write_text(
         '[judge]\nkind = "rules"\n[[judge.rules]]\ntext = "(unclosed"\n'

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import profiles
-from runner import Profile
+from installed import profiles
+from installed.runner import Profile
 
 
 @pytest.fixture(scope="session")

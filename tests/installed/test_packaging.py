@@ -18,8 +18,9 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-import profiles
 import pytest
+
+from installed import profiles
 
 #: A cold profile venv is made inside the first test that needs it (dev.py makes them
 #: before pytest, so a warm run never waits here).

@@ -1,0 +1,88 @@
+"""Each extra's command, run for real from its own profile: otel, agentdojo, inspect."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from installed.runner import Profile
+
+#: A cold profile venv is made inside the first test that needs it (dev.py makes them
+#: before pytest, so a warm run never waits here).
+pytestmark = pytest.mark.timeout(900)
+
+HERE = Path(__file__).parent
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def chat_episodes(profile: Profile) -> Path:
+    """An episode stream made by ``import openai-chat`` (a base command) in ``profile``."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    transcript = {
+        "case_id": "c",
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    }
+    (profile.cwd / "chats.jsonl").write_text(json.dumps(transcript) + "\n")
+    profile.run("import", "openai-chat", "chats.jsonl", "-o", "episodes.jsonl")
+    return profile.cwd / "episodes.jsonl"
+
+
+def test_export_otel(installed: Callable[[str], Profile]) -> None:
+    profile = installed("otel")
+    episodes = chat_episodes(profile)
+    profile.run("export", "otel", episodes, "-o", "spans.otlp.jsonl", "--include-content")
+    (trace,) = records(profile.cwd / "spans.otlp.jsonl")
+    spans = trace["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert any(s["name"] == "execute_tool f" for s in spans), [s["name"] for s in spans]
+
+
+def test_run_agentdojo_on_one_banking_task(installed: Callable[[str], Profile]) -> None:
+    profile = installed("agentdojo")
+    profile.run(
+        "run",
+        "agentdojo",
+        "--suite",
+        "banking",
+        "--user-task",
+        "user_task_0",
+        "--injection-task",
+        "none",
+        "-o",
+        "dojo.jsonl",
+        timeout=180,
+    )
+    recorded = records(profile.cwd / "dojo.jsonl")
+    assert recorded[0]["kind"] == "episode"
+    assert recorded[-1]["status"] == "complete"
+    assert any(r.get("type") == "tool_call" and r["fidelity"] == "real" for r in recorded)
+
+
+def test_an_inspect_eval_with_the_sandbox_provider_offline(
+    installed: Callable[[str], Profile],
+) -> None:
+    profile = installed("inspect")
+    episodes = profile.cwd / "live.jsonl"
+    env = profile.env(
+        LITMUS_SANDBOX_EPISODES=str(episodes), INSPECT_REQUIRED_HOOKS="litmus_sandbox/recorder"
+    )
+    done = profile.run(HERE / "inspect_eval.py", "logs", program="python", env=env, timeout=240)
+    assert "\nsuccess" in done.stdout, done.stdout
+    recorded = records(episodes)
+    assert recorded[-1]["kind"] == "end"
+    assert recorded[-1]["status"] == "complete", recorded[-1]
+    calls = [r for r in recorded if r.get("type") == "tool_call"]
+    assert [c["tool"] for c in calls][:1] == ["write_note"]
+    (log,) = (profile.cwd / "logs").glob("*.eval")
+    profile.run("import", "inspect", log, "-o", "imported.jsonl")
+    assert records(profile.cwd / "imported.jsonl")[0]["case_id"] == "sandbox-write"
