@@ -76,7 +76,8 @@ def test_readme_is_a_one_page_guide_pointing_only_at_what_exists() -> None:
     fence = lines.index("```sh")
     assert lines[fence + 1].startswith("python3 dev.py demo")
     assert lines[fence + 2].startswith("python3 dev.py test")
-    assert "pip install litmus-sandbox" in readme
+    assert "pip install ./litmus-sandbox" in readme  # from a clone: not on the package index
+    assert "--candidate-episodes demo/candidate.episodes.jsonl --html report.html" in readme
     assert re.search(r"\]\((?!https?://)[^)]+\)", readme) is None, "no relative links"
     for path in re.findall(r"`(docs/[^`]+\.md)`", readme):
         assert (ROOT / path).is_file(), path
