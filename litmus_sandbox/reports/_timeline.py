@@ -80,7 +80,8 @@ class EpisodeView(msgspec.Struct, frozen=True, kw_only=True):
     case_id: str
     agent: str | None
     recorder: str
-    #: ``complete``, ``aborted``, ``incomplete`` (no end record) or ``torn``.
+    #: ``complete``, ``aborted``, ``incomplete`` (no end record, or a step missing: its
+    #: end says ``complete`` but a step number is absent) or ``torn``.
     status: str
     source: str
     steps: tuple[StepView, ...]
@@ -115,7 +116,7 @@ def episode_view(
     end = episode.end
     if episode.torn:
         status = "torn"
-    elif end is None:
+    elif end is None or (end.status == "complete" and not episode.complete):
         status = "incomplete"
     else:
         status = end.status

@@ -192,3 +192,24 @@ def test_records_written_by_hand_need_only_their_identifying_fields(
     assert "case hand" in out
     assert "incomplete, 1 step" in out
     assert "unknown@" in out  # the recorder, as the gate identifies it
+
+
+def test_show_says_incomplete_when_a_step_number_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An end that says ``complete`` over a gap in the step numbers (a lost record) is
+    shown as the reader takes it: incomplete, as the gate does (NEEDS_RERUN)."""
+    eps = tmp_path / "eps.jsonl"
+    with JsonlWriter(eps) as w:
+        w.write(header("e1", "gap"))
+        w.write_many([msg(0, "user", "list the files"), msg(2, "assistant", "done")])
+        w.write(end("e1", 2))
+        w.write(header("e2", "whole"))
+        w.write_many([msg(0, "user", "hi", eid="e2"), msg(1, "assistant", "hello", eid="e2")])
+        w.write(end("e2", 2))
+    assert main(["show", str(eps)]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if "case " in line]
+    assert len(titles) == 2
+    assert "incomplete, 2 steps" in titles[0]
+    assert "complete, 2 steps" in titles[1]
+    assert "incomplete" not in titles[1]
