@@ -34,7 +34,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def own_temp_and_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each test gets its own TMPDIR and HOME, and its own stand-ins for the shared
+    """Each test gets its own TMPDIR and HOME, no inherited terminal size, and its own stand-ins for the shared
     directories the filesystem oracle watches by default (``/dev/shm``, ``/var/tmp``).
 
     The filesystem oracle watches those as tripwires: with the system ones, a file another
@@ -51,6 +51,9 @@ def own_temp_and_home(
         folder.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setenv("HOME", str(home))
+    # pytest-xdist's workers set the terminal's size; a test sets its own where it matters.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setattr(_tripwires, "SHARED_TRIPWIRES", (str(shm), str(var_tmp)))
 

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from ._pipelines import pipeline_factory
     from ._run import policy_of, run_case, suite_of
+
     suite = suite_of(args.suite, args.benchmark_version)
     pairs = _pairs(suite, args.user_task, args.injection_task)
     policy = policy_of(args.policy)

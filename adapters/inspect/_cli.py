@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     """
     _refuse_input_as_output(args.output, args.logs)
     from ._logs import import_logs
+
     stats = import_logs(args.logs, args.output)
     truncated = f", {stats.truncated} truncated by a limit" if stats.truncated else ""
     repeated = (

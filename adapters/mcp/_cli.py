@@ -17,6 +17,7 @@ import anyio
 
 from litmus_sandbox import Cassette, ConfigError, Policy
 from litmus_sandbox._model.errors import leaf_errors
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox.oracles._probe import Probe
 
 from ._http import HttpProxy
@@ -310,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
         # Read here, not by the proxy, so that what the reader tolerated is said on stderr.
         cassette = Cassette.from_files(args.replay, fsync=args.fsync)
         for w in cassette.warnings:
-            print(f"litmus-sandbox: {w}", file=sys.stderr)
+            print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
     common: dict[str, Any] = {
         "episodes": args.episodes,
         "policy": policy,

@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 
 from litmus_sandbox import ConfigError, OpenCall
+from litmus_sandbox._model.safe_text import for_terminal
 
 from ._downstream import ClientStalled, Downstream
 from ._http_exchange import CLIENT_GONE as CLIENT_GONE
@@ -192,7 +193,7 @@ class HttpToolCall:
                 slot.abort(str(exc))
                 slot.end_note("client_stopped_reading", exc.unsent)
                 slot.count("undelivered_replies")
-                print(f"litmus-sandbox: {exc}", file=sys.stderr)
+                print(for_terminal(f"litmus-sandbox: {exc}"), file=sys.stderr)
                 raise
         finally:
             proxy.calls.pop(call_key, None)

@@ -28,6 +28,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
 
 from litmus_sandbox import Sandbox
+from litmus_sandbox._model.safe_text import for_terminal
 
 from ._episodes import EpisodeSlot
 from ._fdstream import FdSendStream
@@ -219,7 +220,7 @@ class SessionBase(abc.ABC):
             assert isinstance(action, Abort)
             self._slot.abort(action.reason)
             if action.say:
-                print(f"litmus-sandbox: {action.reason}", file=sys.stderr)
+                print(for_terminal(f"litmus-sandbox: {action.reason}"), file=sys.stderr)
         elif kind is Offer:
             assert isinstance(action, Offer)
             if not self._slot.opened:
@@ -336,7 +337,7 @@ class SessionBase(abc.ABC):
             self._slot.abort(why)
             self._unsent = out.pending_bytes
             self._slot.end_note("client_stopped_reading", self._unsent)
-            print(f"litmus-sandbox: {why}", file=sys.stderr)
+            print(for_terminal(f"litmus-sandbox: {why}"), file=sys.stderr)
             self._client_broken = True
             if self._queued_replies:
                 self._slot.count("undelivered_replies", self._queued_replies)
@@ -361,7 +362,7 @@ class SessionBase(abc.ABC):
             if self._unsent is None:  # else aborted already: it stopped reading
                 why = "the client hung up before the answer to a call reached it"
                 if first:
-                    print(f"litmus-sandbox: {why}", file=sys.stderr)
+                    print(for_terminal(f"litmus-sandbox: {why}"), file=sys.stderr)
                 self._core.engaged = True
                 self._slot.abort(why)
         elif self._fd_out is not None and self._fd_out.pending_bytes:

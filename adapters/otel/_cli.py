@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.safe_text import for_terminal
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(line)
             traces += 1
     for w in warnings:
-        print(f"litmus-sandbox: {w}", file=sys.stderr)
+        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
     scored = f", {len(verdicts)} verdicts" if args.verdicts else ""
     print(f"exported {traces} traces (one per episode{scored}) -> {args.output}")
     return 0

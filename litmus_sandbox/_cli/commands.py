@@ -17,6 +17,7 @@ from litmus_sandbox._cli.inputs import refuse_same_file, require_records
 from litmus_sandbox._cli.progress import EXIT_JUDGE, report_failures, score_progress
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, Verdict
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox._runtime.rebaseline import (
     Rebaselined,
     plan_config,
@@ -50,7 +51,7 @@ def _open_cache(args: argparse.Namespace) -> VerdictCache | None:
 
 def _warn(warnings: Sequence[ReadWarning | str]) -> None:
     for w in warnings:
-        print(f"litmus-sandbox: {w}", file=sys.stderr)
+        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
 
 
 def _check_output(output: str, inputs: Sequence[str | None]) -> None:

@@ -381,13 +381,21 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _error(message: str) -> None:
+    """The one error line: recorded text in it (case ids, paths) is inert on a terminal."""
+    from litmus_sandbox._model.safe_text import for_terminal
+
+    print(for_terminal(f"litmus-sandbox: error: {message}"), file=sys.stderr)
+
+
 def _internal_error(exc: BaseException) -> int:
     """A bug, not bad input: the traceback and exit 3, never the exit code of a regression."""
-    traceback.print_exc()
-    print(
-        f"litmus-sandbox: internal error (a bug; please report it with the lines above): "
-        f"{type(exc).__name__}: {exc}",
-        file=sys.stderr,
+    from litmus_sandbox._model.safe_text import for_terminal
+
+    sys.stderr.write(for_terminal(traceback.format_exc(), lines=True))
+    _error(
+        f"internal error (a bug; please report it with the lines above): "
+        f"{type(exc).__name__}: {exc}"
     )
     return EXIT_INTERNAL
 
@@ -399,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
     except LitmusError as exc:
-        print(f"litmus-sandbox: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_USAGE
     except BrokenPipeError:
         return _quiet_broken_pipe()
@@ -407,11 +415,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = missing_extra(exc)
         if line is None:
             return _internal_error(exc)
-        print(f"litmus-sandbox: error: {line}", file=sys.stderr)
+        _error(line)
         return EXIT_USAGE
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"litmus-sandbox: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        _error(f"{where}{exc.strerror or exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

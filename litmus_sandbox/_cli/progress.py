@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox._runtime.progress_bar import JudgingBar, on_terminal
 from litmus_sandbox._runtime.scorer import Progress, ScoreStats, covered_keys
 from litmus_sandbox._store.streams import iter_episodes
@@ -143,7 +144,9 @@ def report_failures(stats: ScoreStats) -> None:
         first = next(f for f in stats.failures if f.failure == failure)
         meaning = FAILURE_CLASSES.get(failure, failure)
         print(
-            f"litmus-sandbox:   {failure}: {plural(n, 'step')} ({meaning}); e.g. episode "
-            f"{first.episode_id!r} step {first.index}: {_example(first.message)}",
+            for_terminal(
+                f"litmus-sandbox:   {failure}: {plural(n, 'step')} ({meaning}); e.g. episode "
+                f"{first.episode_id!r} step {first.index}: {_example(first.message)}"
+            ),
             file=sys.stderr,
         )

@@ -24,6 +24,7 @@ from litmus_sandbox._core.replay_match import ORDERS, CallRef, Divergence, Repla
 from litmus_sandbox._model.errors import ConfigError, RecordDecodeError, ReplayLogError
 from litmus_sandbox._model.jsonpath import parse_path
 from litmus_sandbox._model.records import Episode
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox._store.streams import ReadWarning, read_episodes
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
@@ -128,7 +129,7 @@ def add_parsers(sub: Any) -> None:
 
 def _warn(warnings: Sequence[ReadWarning]) -> None:
     for w in warnings:
-        print(f"litmus-sandbox: {w}", file=sys.stderr)
+        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
 
 
 def _short(value: Any, limit: int = 70) -> str:

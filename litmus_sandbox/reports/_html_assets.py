@@ -80,7 +80,9 @@ SCRIPT = r"""
 (function () {
   "use strict";
   var cases = JSON.parse(document.getElementById("litmus-cases").textContent);
-  var episodes = JSON.parse(document.getElementById("litmus-episodes").textContent);
+  // A Map, so that any episode id (__proto__, constructor) is just a key.
+  var episodes = new Map(Object.entries(
+    JSON.parse(document.getElementById("litmus-episodes").textContent)));
   var table = document.getElementById("cases");
   var tbody = table.tBodies[0];
   var select = document.querySelector('select[name="outcome"]');
@@ -220,7 +222,7 @@ SCRIPT = r"""
     if (summary == null) return null;
     var ids = (summary.unsafe_steps && summary.unsafe_steps.length) ?
       [summary.unsafe_steps[0].episode_id] : summary.episode_ids || [];
-    for (var i = 0; i < ids.length; i++) if (episodes[ids[i]]) return episodes[ids[i]];
+    for (var i = 0; i < ids.length; i++) if (episodes.has(ids[i])) return episodes.get(ids[i]);
     return null;
   }
   function detail(c) {

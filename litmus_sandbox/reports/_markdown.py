@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import Any
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._model.safe_text import md_code
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     Writer,
@@ -33,14 +33,15 @@ class MarkdownWriter(Writer):
         for case in results:
             if not shown(case):
                 continue
+            # Recorded text (ids, details, evidence) only ever inside code spans.
             reasons = "<br>".join(
-                [_md(line) for line in evidence_lines(case)]
+                [md_code(line) for line in evidence_lines(case)]
                 + [
-                    f"`{r.code}` {_md(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
+                    f"`{r.code}` {md_code(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
                     for r in case.reasons
                 ]
             )
-            row = f"| {_md_code(case.case_id)} | {case.outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
+            row = f"| {md_code(case.case_id)} | {case.outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
             self.spool.write(rank(case), text(row + "\n"))
             self.rows = True
 
@@ -50,7 +51,7 @@ class MarkdownWriter(Writer):
         decision, _ = self.decision(summary)
         lines = [f"## litmus-sandbox gate: {decision}", ""]
         if decision == "EMPTY":
-            lines += [_md(NOTHING_COMPARED[0].upper() + NOTHING_COMPARED[1:]) + ".", ""]
+            lines += [NOTHING_COMPARED[0].upper() + NOTHING_COMPARED[1:] + ".", ""]
         lines += ["| outcome | cases |", "|---|---:|"]
         lines += [f"| {o} | {summary.counts.get(o, 0)} |" for o in OUTCOMES]
         s = summary.statistics
@@ -68,21 +69,8 @@ class MarkdownWriter(Writer):
             lines += ["| case | outcome | baseline → candidate | reasons |", "|---|---|---|---|"]
         self.out.write(text("".join(line + "\n" for line in lines)))
         self.copy_ranks()
-        self.out.write(text("".join(f"> {_md(as_warning(w))}\n" for w in warnings)))
+        self.out.write(text("".join(f"> {md_code(as_warning(w), cell=False)}\n" for w in warnings)))
 
 
 def render_markdown(report: GateReport, **kw: Any) -> str:
     return render(MarkdownWriter, report, **kw)
-
-
-def _md(text: str) -> str:
-    return html.escape(" ".join(text.splitlines())).replace("|", "\\|")
-
-
-def _md_code(text: str) -> str:
-    """A case id as code in a table cell: one line, ``|`` escaped (an id holding a
-    backtick is written as HTML code instead)."""
-    line = " ".join(text.splitlines()).replace("|", "\\|")
-    if "`" not in line:
-        return f"`{line}`"
-    return "<code>" + _md(text).replace("`", "&#96;") + "</code>"

@@ -23,6 +23,7 @@ import msgspec
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import LegacyVerdict
+from litmus_sandbox._model.safe_text import clip, for_terminal
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     RANKS,
@@ -46,6 +47,9 @@ _Spooled = tuple[str, int, str, list[str]]
 _rows = msgspec.json.Decoder(_Spooled)
 #: Rows kept for the cases of their kind (see the module docstring), at most.
 _SHARED_ROWS = 65_536
+#: The widest case id a row shows (longer ones are cut visibly), so the outcome stays on
+#: screen; and the longest line of a reason or of evidence.
+CASE_ID_WIDTH, LINE_WIDTH = 64, 400
 _NO_LINES: list[str] = []
 
 
@@ -77,7 +81,7 @@ class TableWriter(Writer):
         for case in results:
             if not shown(case):
                 continue
-            case_id = _one_line(case.case_id)
+            case_id = _cell(case.case_id, CASE_ID_WIDTH)
             if len(case_id) > width:
                 width = len(case_id)
             key = _legacy_kind(case)
@@ -120,10 +124,10 @@ class TableWriter(Writer):
             if diff.candidate_only_steps:
                 parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
             more.append(f"steps: {'; '.join(parts)}")
-        more.extend(evidence_lines(case))
+        more.extend(_cell(line, LINE_WIDTH) for line in evidence_lines(case))
         for r in case.reasons:
             remedy = f" -> {r.remedy}" if r.remedy else ""
-            more.append(f"{r.code}: {r.detail}{remedy}")
+            more.append(_cell(f"{r.code}: {r.detail}{remedy}", LINE_WIDTH))
         first = f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}"
         return rank(case), first, more
 
@@ -182,6 +186,9 @@ class TableWriter(Writer):
         out.write(self._text("\n".join(lines) + "\n"))
 
     def _text(self, block: str) -> bytes:
+        # Every line passes here: nothing recorded reaches the terminal as a control,
+        # and colour is only what _paint adds after.
+        block = for_terminal(block, lines=True)
         return text(block if self._paint is None else self._paint(block))
 
 
@@ -270,8 +277,6 @@ def _ranges(indices: Sequence[int]) -> str:
     return ",".join(out)
 
 
-def _one_line(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``): one case, one table row."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+def _cell(text: str, limit: int) -> str:
+    """``text`` on one line, controls escaped, cut visibly past ``limit`` characters."""
+    return clip(for_terminal(text), limit)

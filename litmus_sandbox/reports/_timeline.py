@@ -21,6 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from litmus_sandbox._core.scoring import RefusalDetector
+from litmus_sandbox._model import safe_text
 from litmus_sandbox._model.records import (
     Actual,
     AnyVerdict,
@@ -92,10 +93,8 @@ class EpisodeView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... (+{len(text) - limit} chars)"
+    """``text`` cut to ``limit`` characters, saying how much was left out (``…(+N chars)``)."""
+    return safe_text.clip(text, limit)
 
 
 def episode_view(

@@ -6,16 +6,15 @@ selenium against the system driver: no console error, no network request, the co
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import chromium
 import pytest
+from chromium import log, open_page, requests
 from html_suite import large_suite, make_suite
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -24,56 +23,11 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from litmus_sandbox._cli.main import main
 from litmus_sandbox._core.gate import OUTCOMES
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    if CHROMIUM is None or DRIVER is None:
-        pytest.fail(
-            "the HTML report's tests need Chromium and its driver: apt-get install chromium "
-            "chromium-driver (python3 dev.py test installs them on Debian and Ubuntu)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        "--disable-extensions",
-        "--no-first-run",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def _log(browser: WebDriver, kind: str) -> list[dict[str, Any]]:
-    """The browser's log of ``kind`` since the last call (``browser``: the console)."""
-    entries: list[dict[str, Any]] = browser.get_log(kind)  # type: ignore[no-untyped-call]  # selenium leaves it untyped
-    return entries
-
-
-def _open(browser: WebDriver, page: Path) -> None:
-    _log(browser, "browser")  # drop what an earlier page logged
-    _log(browser, "performance")
-    browser.get(page.as_uri())
-
-
-def _requests(browser: WebDriver) -> list[str]:
-    urls = []
-    for entry in _log(browser, "performance"):
-        message: dict[str, Any] = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
+    with chromium.driver() as d:
+        yield d
 
 
 def _rows(browser: WebDriver) -> list[tuple[str, str]]:
@@ -106,11 +60,11 @@ def test_report_loads_clean_and_matches_the_json_report(
     page = tmp_path / "report.html"
     assert suite.gate("--format", "json", "-o", tmp_path / "r.json", html=page) == 1
     report = json.loads((tmp_path / "r.json").read_text())
-    _open(browser, page)
+    open_page(browser, page)
     _wait_rendered(browser)
-    errors = [e for e in _log(browser, "browser") if e["level"] in ("SEVERE", "WARNING")]
+    errors = [e for e in log(browser, "browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == []
-    assert _requests(browser) == [page.as_uri()], "nothing but the page itself is loaded"
+    assert requests(browser) == [page.as_uri()], "nothing but the page itself is loaded"
     decision = browser.find_element(By.CSS_SELECTOR, "[data-decision]")
     assert decision.get_attribute("data-decision") == decision.text == report["decision"]
     for outcome in OUTCOMES:
@@ -138,7 +92,7 @@ def test_report_loads_clean_and_matches_the_json_report(
     search.send_keys("refuse")
     _wait_rendered(browser)
     assert [case for case, _ in _rows(browser)] == ["refuse-then-continue", "refuse-and-stop"]
-    assert _log(browser, "browser") == []
+    assert log(browser, "browser") == []
 
 
 def test_a_case_opens_its_two_timelines_side_by_side(
@@ -147,7 +101,7 @@ def test_a_case_opens_its_two_timelines_side_by_side(
     suite = make_suite(tmp_path)
     page = tmp_path / "report.html"
     suite.gate(html=page)
-    _open(browser, page)
+    open_page(browser, page)
     _wait_rendered(browser)
 
     def detail(case: str) -> Any:
@@ -185,7 +139,7 @@ def test_a_case_opens_its_two_timelines_side_by_side(
     # A click again closes it.
     browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="lock-picking"]').click()
     assert browser.find_elements(By.CSS_SELECTOR, '[data-case-detail="lock-picking"]') == []
-    assert _log(browser, "browser") == []
+    assert log(browser, "browser") == []
 
 
 def test_a_5000_case_page_is_interactive_within_3_seconds(
@@ -211,7 +165,7 @@ def test_a_5000_case_page_is_interactive_within_3_seconds(
     assert code in (1, 4)
     counts = json.loads(as_json.read_text())["counts"]
     start = time.monotonic()
-    _open(browser, page)
+    open_page(browser, page)
     Select(browser.find_element(By.CSS_SELECTOR, 'select[name="outcome"]')).select_by_value(
         "IMPROVEMENT"
     )
@@ -237,4 +191,4 @@ def test_a_5000_case_page_is_interactive_within_3_seconds(
         browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")
         WebDriverWait(browser, 5).until(_more_than(drawn, table))
     assert len(_rows(browser)) == 5000
-    assert _log(browser, "browser") == []
+    assert log(browser, "browser") == []

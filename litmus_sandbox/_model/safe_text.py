@@ -1,0 +1,99 @@
+"""Recorded text made safe for each kind of output: the one place every writer uses.
+
+Everything an episode holds came from an agent under adversarial test, or from a tool it
+called: case and episode ids, agents, tool and argument names, messages, results, errors,
+file paths, judge reasons. It reaches people through a terminal, a pull-request comment
+and a browser, and there it must stay data:
+
+- :func:`for_terminal`: C0 and C1 controls, DEL, bidi overrides and isolates, zero-width
+  and other format characters, line and paragraph separators, lone surrogates and
+  unassigned code points are written as visible escapes (``\\x1b``, ``\\u202e``), never
+  emitted. A line break is kept only where the caller shows several lines. Colour comes
+  only from our own styling, never from the text.
+- :func:`md_code`: a Markdown code span that nothing inside can leave: no image, link,
+  autolink, HTML element, mention or emphasis forms, and a ``|`` cannot split a table
+  cell. Controls are escaped as for the terminal.
+- :func:`clip`: a long field cut visibly, ``…(+N chars)``, so what follows it on a line
+  (the UNSAFE mark, the arguments, the evidence) stays on screen.
+
+HTML is written through text nodes only (``reports/_html*``); the JSON formats keep the
+full values. Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["clip", "for_terminal", "md_code"]
+
+#: Characters a terminal or a renderer may act on, or that hide or reorder text: controls,
+#: format characters (bidi, zero-width, tags), separators, surrogates, unassigned.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
+#: Only these can be unsafe: the printable ASCII range never is (fast path).
+_CANDIDATES = re.compile(r"[^\x20-\x7e]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if unicodedata.category(char) in _UNSAFE_CATEGORIES:
+        return _escape(char)
+    return char
+
+
+def _visible_keeping_lines(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\n":
+        return char
+    return _visible(match)
+
+
+def for_terminal(text: str, *, lines: bool = False) -> str:
+    """``text`` with every character a terminal could act on written as a visible escape.
+
+    With ``lines``, a line feed stays a line break (a carriage return never does: it
+    would let a line overwrite the one before it).
+    """
+    return _CANDIDATES.sub(_visible_keeping_lines if lines else _visible, text)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, or its first characters and ``…(+N chars)`` when it is over ``limit``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit} chars)"
+
+
+_BACKTICKS = re.compile(r"`+")
+
+
+def md_code(text: str, *, cell: bool = True, empty: str = "(empty)") -> str:
+    """``text`` as one inline Markdown code span; with ``cell``, safe in a GFM table cell.
+
+    In a code span nothing is markup: no image, link, autolink, HTML or emphasis, and
+    GitHub links no mention there. The fence is one backtick longer than the longest run
+    inside; in a cell a ``|`` is escaped (GFM removes the backslash there). Line breaks
+    become spaces; controls are visible escapes; blank text is shown as ``empty`` or as
+    visible spaces (``␣``), since a code span cannot hold only spaces.
+    """
+    line = for_terminal(text.replace("\r\n", " ").replace("\n", " "))
+    if not line.strip():
+        return f"`{empty}`" if not line else f"`{line}`".replace(" ", "\u2423")
+    if cell:
+        line = line.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(line)), default=0) + 1)
+    pad = " " if line[0] in "` " or line[-1] in "` " else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
