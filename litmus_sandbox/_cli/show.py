@@ -18,11 +18,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from litmus_sandbox._cli.inputs import add_allow_empty_input, require_records
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import Episode, Verdict
+from litmus_sandbox._model.safe_text import clip, for_terminal
 from litmus_sandbox._store.streams import ReadWarning, iter_episodes, iter_verdicts
 from litmus_sandbox.reports._timeline import EpisodeView, StepView, episode_view
 
@@ -42,6 +45,9 @@ FIDELITY_STYLE = {
 }
 #: Columns of a timeline written to a pipe or a file (no terminal to fit).
 PIPED_WIDTH = 160
+#: The longest tool or role name the "who" column shows (it does not wrap), and the
+#: longest id, agent or recorder in an episode's title line: longer ones are cut visibly.
+WHO_WIDTH, FIELD_WIDTH = 32, 80
 STATUS_STYLE = {"complete": "green", "aborted": "red", "incomplete": "yellow", "torn": "red"}
 
 
@@ -89,10 +95,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     for ep in _selected(args.episodes, warnings, args.case, args.episode, seen_cases):
         if shown:
             console.print()
-        _print(console, render(episode_view(ep, detector, verdicts.get(ep.episode_id))))
+        view = episode_view(ep, detector, verdicts.get(ep.episode_id))
+        _print(console, render(inert(view)))
         shown += 1
     for w in warnings:
-        print(f"litmus-sandbox: {w}", file=sys.stderr)
+        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
     picked = args.case is not None or args.episode is not None
     # --allow-empty-input: no episode at all is nothing to show, not a mistake.
     if not shown and (seen_cases or picked or not args.allow_empty_input):
@@ -160,6 +167,43 @@ def _print(console: Console, renderable: RenderableType) -> None:
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
+def inert(view: EpisodeView) -> EpisodeView:
+    """``view`` with every recorded string safe for a terminal (controls, bidi and
+    zero-width characters as visible escapes), and the fields of the title and of the
+    columns that do not wrap cut visibly, so the marks and the evidence stay on screen."""
+
+    def line(text: str, limit: int = FIELD_WIDTH) -> str:
+        return clip(for_terminal(text), limit)
+
+    def lines(text: str | None) -> str | None:
+        return None if text is None else for_terminal(text, lines=True)
+
+    steps = tuple(
+        msgspec.structs.replace(
+            step,
+            who=line(step.who, WHO_WIDTH),
+            fidelity=None if step.fidelity is None else line(step.fidelity),
+            text=for_terminal(step.text, lines=True),
+            shown=lines(step.shown),
+            actual=lines(step.actual),
+            evidence=lines(step.evidence),
+            effects=tuple(map(for_terminal, step.effects)),
+            findings=tuple(map(for_terminal, step.findings)),
+        )
+        for step in view.steps
+    )
+    return msgspec.structs.replace(
+        view,
+        episode_id=line(view.episode_id),
+        case_id=line(view.case_id),
+        agent=None if view.agent is None else line(view.agent),
+        recorder=line(view.recorder),
+        steps=steps,
+        unattributed=tuple(map(for_terminal, view.unattributed)),
+        end_findings=tuple(map(for_terminal, view.end_findings)),
+    )
+
+
 def render(view: EpisodeView) -> RenderableType:
     """One episode's timeline as a rich renderable: a title line, then a row per step."""
     from rich.console import Group
@@ -181,7 +225,8 @@ def render(view: EpisodeView) -> RenderableType:
         title.append("  recording truncated", "bold red")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold dim")
     table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("who", no_wrap=True)
+    # "who" and "what" fold on a narrow terminal; the marks and the fidelity never do.
+    table.add_column("who", overflow="fold")
     table.add_column("fidelity", no_wrap=True)
     table.add_column("mark", no_wrap=True)
     table.add_column("what", overflow="fold")
