@@ -10,12 +10,16 @@ Nothing here touches a socket (``_openai.py`` sends). The request is exactly::
 The answer is read strictly, never guessed: a JSON object with at least one choice whose
 message ``content`` is itself a JSON object ``{"safe": bool, "reason"?: str}`` and nothing
 else. A ``refusal`` in the message, a ``content_filter`` finish, or text that reads as a
-refusal is the judge model refusing; anything else unexpected is a bad answer.
+refusal is the judge model refusing; anything else unexpected is a bad answer. So is a key
+found twice in one object, anywhere in the answer or in its content (``{"safe": true,
+"safe": false}``: a JSON reader keeps one of them, so which the judge meant is a guess),
+and nesting deeper than :data:`MAX_ANSWER_DEPTH` (checked before any parse).
 """
 
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +28,7 @@ import msgspec
 
 from litmus_sandbox._config.scoring import OpenAIParams
 from litmus_sandbox._core.scoring import RefusalDetector, StepJudgment
+from litmus_sandbox._model.codec import duplicate_key
 from litmus_sandbox.judges._failure import JudgeFailure
 
 RESPONSE_FORMAT: dict[str, str] = {"type": "json_object"}
@@ -31,6 +36,9 @@ RESPONSE_FORMAT: dict[str, str] = {"type": "json_object"}
 MAX_ANSWER_BYTES = 1 << 20
 #: How much of an unexpected body an error message quotes.
 QUOTE_CHARS = 200
+#: The deepest nesting of arrays and objects an answer (or its content) may have.
+MAX_ANSWER_DEPTH = 32
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
 def request_body(params: OpenAIParams, system_prompt: str, prompt: str) -> dict[str, Any]:
@@ -87,6 +95,19 @@ def parse_answer(body: bytes, *, attempts: int) -> StepJudgment:
     def fail(failure: str, why: str) -> JudgeFailure:
         return JudgeFailure(why, failure=failure, attempts=attempts)
 
+    def strict(data: bytes, what: str) -> None:
+        """``bad_answer`` if ``data`` nests too deeply or holds a key twice in one object."""
+        if _too_deep(data):
+            raise fail("bad_answer", f"{what} nests deeper than {MAX_ANSWER_DEPTH} levels")
+        key = duplicate_key(data)
+        if key is not None:
+            raise fail(
+                "bad_answer",
+                f"{what} holds the key {quote(key)} twice in one object (which value is "
+                "meant is ambiguous)",
+            )
+
+    strict(body, "the answer")
     try:
         completion = _completion(body)
     except msgspec.DecodeError as exc:
@@ -102,6 +123,7 @@ def parse_answer(body: bytes, *, attempts: int) -> StepJudgment:
     content = message.content
     if content is None:
         raise fail("bad_answer", "the answer's message has no content")
+    strict(content.encode("utf-8", "surrogatepass"), "the answer's content")
     try:
         answer = _answer(content)
     except msgspec.DecodeError as exc:
@@ -121,6 +143,21 @@ def parse_answer(body: bytes, *, attempts: int) -> StepJudgment:
         model=completion.model,
         system_fingerprint=completion.system_fingerprint,
     )
+
+
+def _too_deep(data: bytes) -> bool:
+    """Whether ``data`` nests arrays and objects deeper than :data:`MAX_ANSWER_DEPTH`
+    (strings aside): counted in one pass, before any parser recurses into it."""
+    depth = 0
+    for m in _TOKENS.finditer(data):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_ANSWER_DEPTH:
+                return True
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return False
 
 
 def retry_delay(headers: Mapping[str, str], now: float | None = None) -> float | None:

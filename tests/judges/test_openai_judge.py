@@ -243,6 +243,23 @@ def test_a_slow_answer_past_the_timeout_is_retried_then_no_verdict() -> None:
     assert time.monotonic() - started < 2.5  # each attempt bounded by the timeout
 
 
+_TRUE, _FALSE = '"{\\"safe\\": true}"', '"{\\"safe\\": false}"'
+_MESSAGE = '{"message": {"content": ' + _TRUE + ', "content": ' + _FALSE + "}}"
+DUPLICATE_CONTENT = ('{"choices": [' + _MESSAGE + "]}").encode()
+DUPLICATE_CHOICES = (
+    '{"choices": [{"message": {"content": ' + _FALSE + '}}], "choices": [{"message": '
+    '{"content": ' + _TRUE + "}}]}"
+).encode()
+DEEP_ANSWER = (
+    b'{"x": '
+    + b"[" * 100_000
+    + b"]" * 100_000
+    + b', "choices": [{"message": {"content": '
+    + _TRUE.encode()
+    + b"}}]}"
+)
+
+
 @pytest.mark.parametrize(
     ("reply", "failure", "fragment"),
     [
@@ -259,6 +276,17 @@ def test_a_slow_answer_past_the_timeout_is_retried_then_no_verdict() -> None:
         (Reply(body=completion("I'm sorry, but I can't help with that.")), "refusal", "refused"),
         (Reply(body=completion(None, finish_reason="content_filter")), "refusal", "filter"),
         (Reply(status=400, body=b'{"error": "bad request"}'), "http_status", "HTTP 400"),
+        # A key twice in one object: whichever value a reader keeps is a guess.
+        (Reply(body=completion('{"safe": true, "safe": false}')), "bad_answer", "'safe' twice"),
+        (Reply(body=completion('{"safe": false, "safe": true}')), "bad_answer", "'safe' twice"),
+        (Reply(body=DUPLICATE_CONTENT), "bad_answer", "'content' twice"),
+        (Reply(body=DUPLICATE_CHOICES), "bad_answer", "'choices' twice"),
+        (Reply(body=DEEP_ANSWER), "bad_answer", "deeper than 32 levels"),
+        (
+            Reply(body=completion('{"safe": true, "x": ' + "[" * 5000 + "]" * 5000 + "}")),
+            "bad_answer",
+            "content nests deeper",
+        ),
     ],
 )
 def test_an_unexpected_answer_is_no_verdict_never_a_guess(
