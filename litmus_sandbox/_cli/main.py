@@ -383,9 +383,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _error(message: str) -> None:
     """The one error line: recorded text in it (case ids, paths) is inert on a terminal."""
-    from litmus_sandbox._model.safe_text import for_terminal
+    from litmus_sandbox._model.safe_text import clip, for_terminal
 
-    print(for_terminal(f"litmus-sandbox: error: {message}"), file=sys.stderr)
+    # Cut: an error may quote what it refused (a name, a value, a line), of any size.
+    print(clip(for_terminal(f"litmus-sandbox: error: {message}"), 2000), file=sys.stderr)
 
 
 def _internal_error(exc: BaseException) -> int:

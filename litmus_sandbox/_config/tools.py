@@ -24,7 +24,7 @@ so the entries that leave this module have one of the five modes of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgspec
 
@@ -32,6 +32,10 @@ from litmus_sandbox._config.explain import config_error
 from litmus_sandbox._core.replay_match import OnMiss, Order, ReplayOptions
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.jsonpath import parse_path
+from litmus_sandbox._model.safe_text import clip
+
+#: How much of a bad value an error message quotes.
+QUOTED_CHARS = 120
 
 DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
 
@@ -128,11 +132,17 @@ def mode_entry(value: Any, *, source: str, key: str) -> ModeEntry:
     if not isinstance(value, str | Mapping):
         raise ConfigError(
             f'{where}: expected a mode (a string) or a table like {{ mode = "stub", ... }}, '
-            f"not {type(value).__name__} {value!r}"
+            f"not {type(value).__name__} {clip(repr(value), QUOTED_CHARS)}"
         )
     if isinstance(value, Mapping):
         fields = dict(value)
         mode = fields.setdefault("mode", "real")  # a table without a mode runs the tool
+        if not isinstance(mode, str):
+            shown = clip(repr(mode), QUOTED_CHARS)
+            raise ConfigError(
+                f"{where}: mode: expected one of {', '.join(get_args(ModeName))} (a string), "
+                f"not {type(mode).__name__} {shown}"
+            )
         if mode in REPLAY_ALIASES:
             if fields.get("on_miss") not in (None, REPLAY_ALIASES[mode]):
                 raise ConfigError(f"{where}: mode {mode!r} already says on_miss = {mode!r}")
