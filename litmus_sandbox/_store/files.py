@@ -318,18 +318,59 @@ def replaced(
     folder, name = os.path.split(target)
     if parents:
         os.makedirs(folder, exist_ok=True)
+    _remove_stale_partials(folder, name)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
         try:
             f = open(tmp, "wb")  # noqa: SIM115  # closed below, before the rename
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
-        with f:
-            yield f
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
+            raise _naming(exc, path) from None
+        try:
+            with f:
+                yield f
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:  # a full disk, an I/O error: say which output it was
+            raise _naming(exc, path) from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` naming the output ``path`` (not the partial file beside it)."""
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, f"cannot write: {exc.strerror}", os.fspath(path))
+
+
+_PARTIAL = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.tmp")
+
+
+def _remove_stale_partials(folder: str, name: str) -> None:
+    """Remove the partial files of ``name`` that a killed writer left in ``folder``
+    (``.NAME.PID.tmp`` whose process is gone); a live writer's is left alone."""
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return
+    for entry in entries:
+        m = _PARTIAL.fullmatch(entry)
+        if m is None or m.group("name") != name or _alive(int(m.group("pid"))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, entry))
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours from before (a pid reused): never a writer that still runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or not a pid we can ask about): leave it
+    return True
