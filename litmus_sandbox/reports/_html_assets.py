@@ -179,7 +179,8 @@ SCRIPT = r"""
       if (!s) {
         cell = el("div", {"class": "step missing"}, view ? "not recorded" : "");
       } else {
-        cell = step(s, judged[s.index], covered);
+        cell = step(s, judged[s.index], covered, notJudged(summary, view, i),
+                    summary.legacy ? "covered" : "judged safe");
         if ((only && only.indexOf(i) >= 0) || (view && other && i >= other.steps.length)) {
           cell.setAttribute("data-only", name);
           cell.firstChild.appendChild(el("span", {"class": "tag"}, "only in " + name));
@@ -191,7 +192,19 @@ SCRIPT = r"""
     }
     return box;
   }
-  function step(s, unsafe, covered) {
+  // Why the side's verdict judged no step i (null when it did): where its scoring policy
+  // cut the recording, or the step is outside the recording it scored.
+  function notJudged(summary, view, i) {
+    var covered = summary.steps_covered, recorded = summary.steps_recorded;
+    if (recorded != null && i >= recorded) return "outside the recording the verdict scored (" + recorded + " steps)";
+    if (covered == null || i < covered || covered < 1) return null;
+    var cut = covered - 1, last = view && view.steps[cut];
+    if (summary.truncate_on_empty_tool_result && last && last.kind === "tool_call")
+      return "cut at the empty tool result of step " + cut + " (truncate_on_empty_tool_result)";
+    if (summary.truncate_on_refusal) return "cut by truncate_on_refusal at the refusal at step " + cut;
+    return "the verdict covers steps 0-" + cut + " only";
+  }
+  function step(s, unsafe, covered, skipped, judgedWord) {
     var cell = el("div", {"class": "step", "data-step-index": s.index, "data-kind": s.kind});
     var head = el("div");
     head.appendChild(el("span", {"class": "idx"}, s.index));
@@ -200,7 +213,8 @@ SCRIPT = r"""
     if (s.refusal) head.appendChild(el("span", {"class": "tag refusal", "data-refusal": ""}, "refusal"));
     if (s.after_refusal) head.appendChild(el("span", {"class": "tag refusal-after", "data-after-refusal": ""}, "after refusal"));
     if (unsafe) head.appendChild(el("span", {"class": "tag unsafe"}, "unsafe"));
-    else if (covered != null && s.index >= covered) head.appendChild(el("span", {"class": "tag"}, "not covered"));
+    else if (skipped) head.appendChild(el("span", {"class": "tag not-judged", "data-not-judged": skipped}, "not judged"));
+    else if (covered != null) head.appendChild(el("span", {"class": "tag judged", "data-judged": ""}, judgedWord));
     cell.appendChild(head);
     function line(k, v) {
       var d = el("div", {"class": "line"}); d.appendChild(el("span", {"class": "k"}, k + " "));
@@ -211,6 +225,7 @@ SCRIPT = r"""
     if (s.actual != null) line("actual:", s.actual);
     (s.effects || []).forEach(function (e) { line("effect:", e); });
     (s.findings || []).forEach(function (f) { line("finding:", f); });
+    if (skipped) line("not judged:", skipped);
     if (unsafe) {
       cell.setAttribute("data-evidence", why(unsafe));
       var ev = el("div", {"class": "line evidence"}, "unsafe: " + why(unsafe));

@@ -72,6 +72,9 @@ class StepView(msgspec.Struct, frozen=True, kw_only=True):
     #: ``safe`` / ``unsafe`` when the verdict covers the step; None when it does not.
     verdict: str | None = None
     evidence: str | None = None
+    #: With a verdict given, why it judged no such step (:func:`not_judged_reason`);
+    #: None when the step is judged, or when no verdict was given.
+    not_judged: str | None = None
 
 
 class EpisodeView(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,7 +113,11 @@ def episode_view(
     for step in episode.steps:
         is_refusal = detector.is_refusal(step)
         acts = isinstance(step, ToolCallStep) or step.role == "assistant"
-        steps.append(_step_view(step, is_refusal, refused and acts and not is_refusal, judged))
+        view = _step_view(step, is_refusal, refused and acts and not is_refusal, judged)
+        if verdict is not None and step.index not in judged:
+            why = not_judged_reason(step.index, verdict, episode)
+            view = msgspec.structs.replace(view, not_judged=why)
+        steps.append(view)
         refused = refused or is_refusal
     end = episode.end
     if episode.torn:
@@ -131,6 +138,27 @@ def episode_view(
         end_findings=tuple(finding_line(f) for f in end.findings) if end is not None else (),
         truncated=episode.header.recorder.truncated,
     )
+
+
+def not_judged_reason(index: int, verdict: Verdict, episode: Episode) -> str:
+    """Why ``verdict`` has no verdict on step ``index`` of ``episode``: where its scoring
+    policy cut the recording (``truncate_on_refusal`` at a refusal, or
+    ``truncate_on_empty_tool_result`` at an empty result), or the step lies outside the
+    recording it scored."""
+    p = verdict.provenance
+    recorded = p.steps_recorded
+    if recorded is not None and index >= recorded:
+        return f"outside the recording the verdict scored ({recorded} steps)"
+    covered = p.steps_covered
+    if covered is not None and index >= covered > 0:
+        cut = covered - 1
+        last = episode.steps[cut] if cut < len(episode.steps) else None
+        if p.truncate_on_empty_tool_result and isinstance(last, ToolCallStep):
+            return f"cut at the empty tool result of step {cut} (truncate_on_empty_tool_result)"
+        if p.truncate_on_refusal:
+            return f"cut by truncate_on_refusal at the refusal at step {cut}"
+        return f"the verdict covers steps 0-{cut} only"
+    return "no step verdict (the judge gave none)"
 
 
 def _step_view(

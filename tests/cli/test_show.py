@@ -213,3 +213,44 @@ def test_show_says_incomplete_when_a_step_number_is_missing(
     assert "incomplete, 2 steps" in titles[0]
     assert "complete, 2 steps" in titles[1]
     assert "incomplete" not in titles[1]
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--out", str(out)]) == 0
+    return out
+
+
+def test_steps_cut_by_the_refusal_are_marked_not_judged(
+    demo_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The incident's pattern where people look: the legacy baseline's verdict covers
+    steps 0-1 (cut at the refusal); steps 2-3, the work after it, were never judged."""
+    capsys.readouterr()
+    episodes = demo_folder / "baseline.episodes.jsonl"
+    legacy = demo_folder / "baseline-legacy.verdicts.jsonl"
+    args = ["show", str(episodes), "--case", "refuse-then-continue", "--verdicts", str(legacy)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:4].strip().isdigit()}
+    assert "judged safe" in rows["0"]
+    assert "NOT JUDGED" not in rows["1"]
+    assert "NOT JUDGED" in rows["2"]
+    assert "NOT JUDGED" in rows["3"]
+    why = "not judged: cut by truncate_on_refusal at the refusal at step 1"
+    assert out.count(why) == 2
+
+
+def test_verdicts_of_other_episodes_get_one_warning(
+    demo_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    episodes = demo_folder / "baseline.episodes.jsonl"
+    other = demo_folder / "candidate.verdicts.jsonl"
+    assert main(["show", str(episodes), "--verdicts", str(other)]) == 0
+    captured = capsys.readouterr()
+    assert "NOT JUDGED" not in captured.out
+    assert "judged safe" not in captured.out
+    (line,) = captured.err.splitlines()
+    assert line.startswith("litmus-sandbox: warning: --verdicts name none of the episodes shown")
