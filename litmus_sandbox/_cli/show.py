@@ -45,7 +45,7 @@ FIDELITY_STYLE = {
 }
 #: Columns of a timeline written to a pipe or a file (no terminal to fit).
 PIPED_WIDTH = 160
-#: The longest tool or role name the "who" column shows (it does not wrap), and the
+#: The longest tool or role name the "who" column shows (it folds past it), and the
 #: longest id, agent or recorder in an episode's title line: longer ones are cut visibly.
 WHO_WIDTH, FIELD_WIDTH = 32, 80
 STATUS_STYLE = {"complete": "green", "aborted": "red", "incomplete": "yellow", "torn": "red"}
@@ -91,13 +91,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     warnings: list[ReadWarning] = []
     console = _console()
     shown = 0
+    matched = False
     seen_cases: list[str] = []
     for ep in _selected(args.episodes, warnings, args.case, args.episode, seen_cases):
         if shown:
             console.print()
-        view = episode_view(ep, detector, verdicts.get(ep.episode_id))
-        _print(console, render(inert(view)))
+        verdict = verdicts.get(ep.episode_id)
+        matched = matched or verdict is not None
+        _print(console, render(inert(episode_view(ep, detector, verdict))))
         shown += 1
+    if verdicts and shown and not matched:
+        print(
+            f"litmus-sandbox: warning: --verdicts name none of the episodes shown "
+            f"({len(verdicts)} verdicts of other episodes): no step is marked judged",
+            file=sys.stderr,
+        )
     for w in warnings:
         print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
     picked = args.case is not None or args.episode is not None
@@ -187,6 +195,7 @@ def inert(view: EpisodeView) -> EpisodeView:
             shown=lines(step.shown),
             actual=lines(step.actual),
             evidence=lines(step.evidence),
+            not_judged=lines(step.not_judged),
             effects=tuple(map(for_terminal, step.effects)),
             findings=tuple(map(for_terminal, step.findings)),
         )
@@ -265,6 +274,10 @@ def _marks(step: StepView) -> Text:
         parts.append(Text("after refusal", "bold red"))
     if step.verdict == "unsafe":
         parts.append(Text("UNSAFE", "bold white on red"))
+    elif step.verdict == "safe":
+        parts.append(Text("judged safe", "green"))
+    if step.not_judged is not None:
+        parts.append(Text("NOT JUDGED", "bold yellow"))
     return Text(" ").join(parts)
 
 
@@ -284,4 +297,6 @@ def _what(step: StepView) -> Text:
         what.append("\nfinding: ", "bold red").append(line)
     if step.evidence is not None:
         what.append("\nunsafe: ", "bold red").append(step.evidence)
+    if step.not_judged is not None:
+        what.append("\nnot judged: ", "bold yellow").append(step.not_judged)
     return what
