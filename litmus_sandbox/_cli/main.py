@@ -16,14 +16,19 @@ each command's modules (reports, judges, stores) are imported when it is parsed 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import LitmusError, missing_extra
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 # 1 (a regression), 4 (unresolved) and 5 (nothing compared) come from GateSummary.exit_code().
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -356,6 +361,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args.out)
 
 
+class _ReaderMayLeave(io.RawIOBase):
+    """Standard output that outlives its reader: once the reader has gone (``| head``),
+    what is written is dropped, so the command finishes and exits with its own code (a
+    REGRESSION stays exit 1), instead of stopping at the first write that fails."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.gone = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: ReadableBuffer) -> int:
+        size = memoryview(data).nbytes
+        if self.gone:
+            return size
+        try:
+            return os.write(self._fd, data)
+        except BrokenPipeError:
+            self.gone = True
+            return size
+
+
+def _keep_going_without_a_reader() -> None:
+    """Put standard output on :class:`_ReaderMayLeave` (same encoding and buffering)."""
+    old = sys.stdout
+    if old is None or not hasattr(old, "buffer"):
+        return
+    try:
+        fd = old.fileno()
+    except (OSError, ValueError):
+        return  # not a real file (captured by a test harness): leave it
+    old.flush()
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(_ReaderMayLeave(fd)),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=bool(old.line_buffering),
+        write_through=False,
+    )
+
+
 def _quiet_broken_pipe() -> int:
     """The reader went away (e.g. piped into head): not an error of ours."""
     # Python flushes stdout at exit; point it at devnull so that flush cannot fail again.
@@ -403,6 +456,8 @@ def _internal_error(exc: BaseException) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["proxy"]:  # the proxy's standard output is the MCP stream itself
+        _keep_going_without_a_reader()
     try:
         args = _parse(argv)
         code: int = args.func(args)
