@@ -121,6 +121,12 @@ class PythonJudge:
         values = list(self._secret_values.values()) if self._secret_values else []
         try:
             raw = self._fn(step, context, **kwargs)
+        except SystemExit as exc:
+            # sys.exit() in a judge is the judge failing, never the command's exit code
+            # (a silent exit 0 would pass a gate; exit 1 would read as a regression).
+            raise JudgeFailure(
+                f"the judge called sys.exit({exc.code!r})", failure="judge_error"
+            ) from None
         except Exception as exc:
             said = f"{type(exc).__name__}: {exc}"
             if values and scrub(said, values) != said:
