@@ -54,14 +54,14 @@ def _warn(warnings: Sequence[ReadWarning | str]) -> None:
         print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
 
 
-def _check_output(output: str, inputs: Sequence[str | None]) -> None:
+def _check_output(output: str, inputs: Sequence[str | None], *, flag: str = "-o") -> None:
     """Refuse an output path that would destroy an input or that is a directory.
 
     Raises:
         LitmusError: ``output`` is a directory, or the same file as one of ``inputs``.
     """
     if os.path.isdir(output):
-        raise LitmusError(f"-o {output}: is a directory (give a file to write)")
+        raise LitmusError(f"{flag} {output}: is a directory (give a file to write)")
     if not os.path.exists(output):
         return
     for path in inputs:
@@ -73,7 +73,7 @@ def _check_output(output: str, inputs: Sequence[str | None]) -> None:
             continue  # an input that cannot be opened is reported when it is read
         if same:
             raise LitmusError(
-                f"-o {output} is also an input ({path}): writing it would destroy that "
+                f"{flag} {output} is also an input ({path}): writing it would destroy that "
                 "input; write somewhere else"
             )
 
@@ -125,11 +125,14 @@ def cmd_score(args: argparse.Namespace) -> int:
             cache.close()
     _warn(stats.warnings)
     print(
-        f"scored {plural(stats.episodes, 'episode')} ({plural(stats.steps_covered, 'step')} "
-        f"covered): {plural(stats.judge_calls, 'judge call')}, {stats.cache_hits} served from cache"
-        + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
-        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
-        + f" -> {args.output}"
+        for_terminal(
+            f"scored {plural(stats.episodes, 'episode')} ({plural(stats.steps_covered, 'step')} "
+            f"covered): {plural(stats.judge_calls, 'judge call')}, {stats.cache_hits} served "
+            "from cache"
+            + (f", {stats.incomplete} incomplete" if stats.incomplete else "")
+            + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
+            + f" -> {args.output}"
+        )
     )
     if failed:
         report_failures(stats)
@@ -173,6 +176,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
                 *(args.baseline_episodes or ()),
                 args.output,
             ],
+            flag="--html",
         )
     _require_gate_records(args)
     exclusions = load_exclusions(args.exclude) if args.exclude else {}
@@ -314,17 +318,20 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
     stats = done.stats
     _warn(stats.warnings)
     print(
-        f"re-scored {plural(len(done.verdicts), 'baseline episode')} "
-        f"({plural(stats.steps_covered, 'step')}): "
-        f"{plural(stats.judge_calls, 'judge call')} made, {stats.cache_hits} served from cache"
-        + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
-        + f" -> {args.output}"
+        for_terminal(
+            f"re-scored {plural(len(done.verdicts), 'baseline episode')} "
+            f"({plural(stats.steps_covered, 'step')}): "
+            f"{plural(stats.judge_calls, 'judge call')} made, {stats.cache_hits} served from "
+            "cache"
+            + (f", {stats.failed_episodes} without a verdict" if stats.failed_episodes else "")
+            + f" -> {args.output}"
+        )
     )
     if done.rerun:
         needs = "case needs" if len(done.rerun) == 1 else "cases need"
         print(f"{len(done.rerun)} {needs} a re-run of the baseline instead:")
         for case_id, why in done.rerun:
-            print(f"  {case_id}: {why}")
+            print(for_terminal(f"  {case_id}: {why}"))
     if failed:
         report_failures(stats)
         return EXIT_JUDGE

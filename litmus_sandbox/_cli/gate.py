@@ -40,6 +40,7 @@ from litmus_sandbox._core.probe import VerdictBlocks
 from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, fits, stream_gate
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox._store.files import replaced
 from litmus_sandbox._store.partition import TempBuckets, scan_case_ids
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_verdicts
@@ -174,9 +175,12 @@ def run_gate(
             html.finish(summary, [*warnings, *later_warnings])
     # On stderr: stdout may be the other report, or a pipe that wants only reports.
     if args.output:
-        print(f"litmus-sandbox: {args.format} report written to {args.output}", file=sys.stderr)
+        print(
+            for_terminal(f"litmus-sandbox: {args.format} report written to {args.output}"),
+            file=sys.stderr,
+        )
     if getattr(args, "html", None):
-        print(f"litmus-sandbox: HTML report written to {args.html}", file=sys.stderr)
+        print(for_terminal(f"litmus-sandbox: HTML report written to {args.html}"), file=sys.stderr)
     return summary.exit_code(**flags)
 
 

@@ -214,7 +214,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(render_replay_json(reports, code))
     else:
-        print(render_replay_table(reports, code))
+        print(for_terminal(render_replay_table(reports, code), lines=True))
     return code
 
 
@@ -348,7 +348,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
         }
         print(msgspec.json.encode(out).decode())
     else:
-        print(render_diff_table(diffs, only_a, only_b, a_path, b_path, code))
+        print(
+            for_terminal(render_diff_table(diffs, only_a, only_b, a_path, b_path, code), lines=True)
+        )
     return code
 
 

@@ -312,8 +312,11 @@ def replaced(
     """
     target = os.path.realpath(path)
     if os.path.exists(target) and not os.path.isfile(target):
-        with open(target, "wb") as f:
-            yield f
+        try:
+            with open(target, "wb") as f:
+                yield f
+        except OSError as exc:  # /dev/full, a FIFO whose reader left
+            raise _naming(exc, path) from None
         return
     folder, name = os.path.split(target)
     if parents:
