@@ -13,6 +13,9 @@ and a browser, and there it must stay data:
 - :func:`md_code`: a Markdown code span that nothing inside can leave: no image, link,
   autolink, HTML element, mention or emphasis forms, and a ``|`` cannot split a table
   cell. Controls are escaped as for the terminal.
+- :func:`json_inert`: JSON text (UTF-8) with the invisible and control characters that
+  JSON leaves raw (DEL, C1, bidi, zero-width, separators) written as ``\\uXXXX`` escapes:
+  the same values, but nothing acts on a terminal that prints the report.
 - :func:`clip`: a long field cut visibly, ``…(+N chars)``, so what follows it on a line
   (the UNSAFE mark, the arguments, the evidence) stays on screen.
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["clip", "for_terminal", "md_code"]
+__all__ = ["clip", "for_terminal", "json_inert", "md_code"]
 
 #: Characters a terminal or a renderer may act on, or that hide or reorder text: controls,
 #: format characters (bidi, zero-width, tags), separators, surrogates, unassigned.
@@ -97,3 +100,28 @@ def md_code(text: str, *, cell: bool = True, empty: str = "(empty)") -> str:
     fence = "`" * (max((len(run) for run in _BACKTICKS.findall(line)), default=0) + 1)
     pad = " " if line[0] in "` " or line[-1] in "` " else ""
     return f"{fence}{pad}{line}{pad}{fence}"
+
+
+#: The UTF-8 of the characters a JSON encoder leaves raw that a terminal may act on or
+#: that hide or reorder text: DEL, C1 controls, soft hyphen, Arabic letter mark, Mongolian
+#: vowel separator, zero-width and bidi marks, separators, word joiner and invisible
+#: operators, isolates, BOM, interlinear annotations, tags.
+_JSON_RAW = re.compile(
+    rb"\x7f|\xc2[\x80-\x9f\xad]|\xd8\x9c|\xe1\xa0\x8e|\xe2\x80[\x8b-\x8f\xa8-\xae]"
+    rb"|\xe2\x81[\xa0-\xaf]|\xef\xbb\xbf|\xef\xbf[\xb9-\xbb]|\xf3\xa0[\x80\x81][\x80-\xbf]"
+)
+
+
+def _json_escape(match: re.Match[bytes]) -> bytes:
+    code = ord(match.group().decode())
+    if code > 0xFFFF:  # a surrogate pair, as JSON writes an astral character
+        code -= 0x10000
+        return b"\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+    return b"\\u%04x" % code
+
+
+def json_inert(data: bytes) -> bytes:
+    """``data`` (JSON in UTF-8) with :data:`_JSON_RAW`'s characters as ``\\uXXXX``
+    escapes. Outside strings JSON is ASCII, so only string contents change, and a JSON
+    reader decodes the same values."""
+    return _JSON_RAW.sub(_json_escape, data)

@@ -91,10 +91,20 @@ SCRIPT = r"""
   var FIRST = 200, CHUNK = 500;
   var shown = cases, next = 0;
 
+  // Recorded text shown as text: controls, bidi overrides and isolates, zero-width and
+  // other invisible characters as visible escapes (as on a terminal), so nothing reorders
+  // or hides what a reviewer reads. Attributes (the test hooks) keep the exact values.
+  var INVISIBLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]/gu;
+  function vis(text) {
+    return String(text).replace(INVISIBLE, function (c) {
+      return "\\u" + ("000" + c.charCodeAt(0).toString(16)).slice(-4);
+    });
+  }
+  function txt(text) { return document.createTextNode(vis(text)); }
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
     if (attrs) for (var k in attrs) if (attrs[k] !== null && attrs[k] !== undefined) node.setAttribute(k, attrs[k]);
-    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (text !== undefined && text !== null) node.textContent = vis(text);
     return node;
   }
   function word(side) { return side == null ? "-" : side.safe ? "safe" : "unsafe"; }
@@ -163,11 +173,11 @@ SCRIPT = r"""
     if (summary == null) { meta.textContent = "no verdict for this case"; return box; }
     var judged = {}, covered = summary.steps_covered;
     (summary.unsafe_steps || []).forEach(function (u) { judged[u.index] = u; });
-    meta.textContent = word(summary) + (summary.legacy ? " (legacy verdict)" : "") +
+    meta.textContent = vis(word(summary) + (summary.legacy ? " (legacy verdict)" : "") +
       " \u00b7 judge " + (summary.judge || "unknown") +
       (covered != null ? " \u00b7 " + covered + " steps covered" : "") +
       (view ? " \u00b7 episode " + view.episode_id + " \u00b7 " + view.status +
-              (view.truncated ? " (recording truncated)" : "") : "");
+              (view.truncated ? " (recording truncated)" : "") : ""));
     var only = name === "baseline" ? diff.baseline_only_steps : diff.candidate_only_steps;
     var steps = view ? view.steps : (summary.unsafe_steps || []).map(function (u) {
       return {index: u.index, kind: "", who: "step " + u.index, text: "(no recording given)"};
@@ -218,7 +228,7 @@ SCRIPT = r"""
     cell.appendChild(head);
     function line(k, v) {
       var d = el("div", {"class": "line"}); d.appendChild(el("span", {"class": "k"}, k + " "));
-      d.appendChild(document.createTextNode(v)); cell.appendChild(d);
+      d.appendChild(txt(v)); cell.appendChild(d);
     }
     if (s.text) cell.appendChild(el("div", {"class": "line"}, s.kind === "tool_call" ? "(" + s.text + ")" : s.text));
     if (s.shown != null) line("shown:", s.shown);
@@ -244,14 +254,14 @@ SCRIPT = r"""
     var box = el("div", {"data-case-detail": c.case_id, "class": "case-detail"});
     var h = el("h3"); h.appendChild(el("span", {"class": "mono"}, c.case_id + " "));
     var badge = el("span", {"class": "badge o-" + c.outcome}, c.outcome); h.appendChild(badge);
-    h.appendChild(document.createTextNode(" " + word(c.baseline) + " \u2192 " + word(c.candidate)));
+    h.appendChild(txt(" " + word(c.baseline) + " \u2192 " + word(c.candidate)));
     box.appendChild(h);
     if (c.reasons.length) {
       var ul = el("ul", {"class": "reasons"});
       c.reasons.forEach(function (r) {
         var li = el("li", {"data-reason": r.code});
-        li.appendChild(el("code", null, r.code)); li.appendChild(document.createTextNode(" " + r.detail));
-        if (r.remedy) { li.appendChild(document.createTextNode(" \u2192 ")); li.appendChild(el("span", {"class": "remedy"}, r.remedy)); }
+        li.appendChild(el("code", null, r.code)); li.appendChild(txt(" " + r.detail));
+        if (r.remedy) { li.appendChild(txt(" \u2192 ")); li.appendChild(el("span", {"class": "remedy"}, r.remedy)); }
         ul.appendChild(li);
       });
       box.appendChild(ul);

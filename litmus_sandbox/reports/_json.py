@@ -18,14 +18,21 @@ formatted one by one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary, PlanEntry, RebaselinePlan
 from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
-from litmus_sandbox.reports._shared import Writer, ordered_cases, rank, render, side_summary
+from litmus_sandbox.reports._shared import (
+    InertOut,
+    Writer,
+    ordered_cases,
+    rank,
+    render,
+    side_summary,
+)
 
 __all__ = ["case_to_dict", "render_json", "render_jsonl", "to_dict"]
 
@@ -211,6 +218,9 @@ class JsonWriter(Writer):
 
     cases = 0
 
+    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+        super().__init__(InertOut(out), **kw)  # type: ignore[arg-type]  # write and flush
+
     def write(self, results: Sequence[CaseResult]) -> None:
         self.cases += len(results)
         # Per rank, in order: indented items, and runs of compact cases still to format.
@@ -267,6 +277,9 @@ class JsonWriter(Writer):
 class JsonlWriter(Writer):
     """``--format jsonl``: a line per case as it is decided (gate order, nothing kept),
     then one summary line: the JSON report's keys but ``cases``."""
+
+    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+        super().__init__(InertOut(out), **kw)  # type: ignore[arg-type]  # write and flush
 
     def write(self, results: Sequence[CaseResult]) -> None:
         lines: list[bytes] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 from xml.sax.saxutils import escape as _escape
@@ -10,18 +9,17 @@ from xml.sax.saxutils import quoteattr as _quoteattr
 
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox.reports._shared import Writer, evidence_lines, rank, render, side_word, text
 
 __all__ = ["escape", "quoteattr", "render_junit"]
 
 
-#: Characters XML 1.0 cannot carry at all (most C0 controls, surrogates, U+FFFE/U+FFFF).
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
 def _xml_text(text: str) -> str:
-    """``text`` with what XML cannot carry written as ``\\xNN`` (so the file always parses)."""
-    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` with what XML cannot carry (most C0 controls, surrogates, U+FFFE/U+FFFF),
+    and what would act on or hide text where the file is read (C1, DEL, bidi, zero-width),
+    written as visible escapes (``\\x01``, ``\\u202e``): the file always parses."""
+    return for_terminal(text, lines=True)
 
 
 def escape(text: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, Self
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
+from litmus_sandbox._model.safe_text import json_inert
 from litmus_sandbox._store.partition import RankedSpool
 from litmus_sandbox.reports._timeline import unsafe_steps, why_unsafe
 
@@ -46,6 +47,20 @@ def ordered_cases(report: GateReport) -> list[CaseResult]:
 def shown(case: CaseResult) -> bool:
     """Whether the table and Markdown reports list ``case`` (a plain PASS is counted)."""
     return case.outcome != "PASS" or bool(case.reasons)
+
+
+class InertOut:
+    """A binary output that writes JSON through :func:`safe_text.json_inert`."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+
+    def write(self, data: bytes) -> int:
+        self._out.write(json_inert(data))
+        return len(data)
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 class Writer(abc.ABC):

@@ -190,13 +190,16 @@ def test_json_jsonl_junit_and_otlp_parse_strictly(corpus: dict[str, Path], tmp_p
     code, out, _ = cli(*gate_args(corpus), "--format", "json", cwd=tmp_path)
     report = json.loads(out)
     assert code == 1
+    assert_inert(out)  # printed on a terminal: every such character a \u escape
     case_ids = {c["case_id"] for c in report["cases"]}
     assert f"case{EVERYTHING}" in case_ids  # the full value, not an escaped one
     _, out, _ = cli(*gate_args(corpus), "--format", "jsonl", cwd=tmp_path)
     records = [json.loads(line) for line in out.splitlines()]
+    assert_inert(out)
     assert sum(1 for r in records if r.get("case_id")) >= CASES
     _, out, _ = cli(*gate_args(corpus), "--format", "junit", cwd=tmp_path)
     suite = ET.fromstring(out)
+    assert_inert(out)
     assert len(suite.findall(".//testcase")) == CASES
     pytest.importorskip("opentelemetry.sdk", reason="the otel extra is in the test extras")
     spans = tmp_path / "spans.otlp.jsonl"
@@ -246,6 +249,8 @@ def test_every_case_detail_opens_in_html_and_nothing_is_injected(
                 case,
             )
             assert opened, case
+            shown = browser.execute_script("return document.body.innerText")
+            assert INVISIBLE.findall(shown) == []  # no bidi or zero-width spoof on the page
             row.click()
         assert browser.execute_script("return window.pwned === undefined")
         assert browser.find_elements(By.CSS_SELECTOR, "img, iframe, object, embed, x") == []
