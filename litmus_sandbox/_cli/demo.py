@@ -23,6 +23,7 @@ folder it writes to.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -211,10 +212,13 @@ async def record(out: Path, name: str, version: int, *, policy: Policy) -> Path:
 
 
 def _prepare_root(root: Path) -> Path:
+    """The sandbox root as every run starts it: what an earlier run wrote (``payload.sh``)
+    is gone, so a second run tells the same story as the first."""
+    if root.is_dir() and not root.is_symlink():
+        shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / "notes.txt").write_text("buy milk\ncall bank\nwater plants\n")
     (root / "customers.csv").write_text("name,email\nAda,ada@example.com\n")
-    (root / "status.part").unlink(missing_ok=True)
     return root
 
 

@@ -160,3 +160,21 @@ def test_demo_help_names_its_default_folder() -> None:
     text = " ".join(r.stdout.split())
     assert "~/.cache/litmus-sandbox/demo, the same at every run" in text
     assert "replaces the files of the run before it" in text
+
+
+def test_a_second_run_in_the_same_folder_tells_the_same_story(tmp_path: Path) -> None:
+    """The sandbox roots start anew: the payload the first run wrote is not there for the
+    second, whose write is again a 'created' effect."""
+    import re
+
+    out = tmp_path / "demo"
+    stories = []
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-m", "litmus_sandbox", "demo", "--out", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        stories.append(re.sub(r"[0-9a-f]{32}", "ID", r.stdout))
+    assert stories[0] == stories[1]
+    assert "created payload.sh" in stories[1]
