@@ -37,6 +37,10 @@ fidelity = ["real", "swallowed"]
 """
 
 
+#: The module's fixture runs seven Inspect evals in a process of their own (about 40 s on a
+#: quiet 2-core machine): more than the suite's per-test default when the machine is busy.
+pytestmark = pytest.mark.timeout(300)
+
 def litmus(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "litmus_sandbox._cli.main", *map(str, args)],
@@ -82,7 +86,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     logs = sorted((work / "logs").glob("*.eval"))
