@@ -132,7 +132,11 @@ def main(argv: list[str]) -> int:
     # The wheel and its clean venvs for tests/installed (the registry is needed here only).
     if (rc := _run(BIN / "python", ROOT / "tests" / "installed" / "profiles.py")) != 0:
         return rc
-    parallel = [] if any(a == "-n" or a.startswith("-n") for a in rest) else ["-n", "auto"]
+    # One module per worker at a time (loadscope): a module's fixtures (the Inspect evals,
+    # the demo folder) are built once, not once per worker.
+    parallel = (
+        [] if any(a.startswith("-n") for a in rest) else ["-n", "auto", "--dist", "loadscope"]
+    )
     return _run(BIN / "python", "-m", "pytest", *parallel, *rest)
 
 
