@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from litmus_sandbox._model.errors import ReplayLogError as ReplayLogError
     from litmus_sandbox._model.errors import UpstreamError as UpstreamError
     from litmus_sandbox._model.jsonpath import differing_paths as differing_paths
+    from litmus_sandbox._model.lossless import restore_original as restore_original
     from litmus_sandbox._model.records import SCHEMA_VERSION as SCHEMA_VERSION
     from litmus_sandbox._model.records import Actual as Actual
     from litmus_sandbox._model.records import Effects as Effects
@@ -167,6 +168,7 @@ _EXPORTS: dict[str, str] = {
     "ReplaySession": "litmus_sandbox._core.replay_match",
     "ReplaySource": "litmus_sandbox._model.records",
     "report_from_log": "litmus_sandbox._core.divergence",
+    "restore_original": "litmus_sandbox._model.lossless",
     "RulesJudge": "litmus_sandbox._core.rules",
     "Sandbox": "litmus_sandbox._runtime.sandbox",
     "SCHEMA_VERSION": "litmus_sandbox._model.records",
@@ -274,6 +276,7 @@ __all__ = [
     "read_policy_file",
     "read_verdicts",
     "report_from_log",
+    "restore_original",
     "score_episode",
     "score_episodes",
     "score_files",

@@ -43,6 +43,7 @@ from litmus_sandbox._model.jsonpath import (
     normalize_args,
     parse_path,
 )
+from litmus_sandbox._model.lossless import stand_in
 from litmus_sandbox._model.records import ToolCallStep
 
 Order = Literal["strict", "per_tool", "any"]
@@ -154,8 +155,13 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = msgspec.json.encode(value).decode()
+    text = msgspec.json.encode(stand_in(value)).decode()  # lone surrogates, bytes: as recorded
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _name(tool: str) -> bytes:
+    """A tool's name in a call's key: UTF-8, a lone surrogate as its three bytes."""
+    return tool.encode("utf-8", "surrogatepass")
 
 
 class Served(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,7 +183,7 @@ class _Entry:
         self.step = step
         self.opts = opts
         self.norm = normalize_args(step.args, ignore)
-        self.key = step.tool.encode() + b"\x00" + canonical_json(self.norm)
+        self.key = _name(step.tool) + b"\x00" + canonical_json(self.norm)
         self.used = False
 
 
@@ -240,7 +246,7 @@ class ReplaySession:
         call = self.calls
         self.calls += 1
         norm = normalize_args(args, self._ignore[tool])
-        key = tool.encode() + b"\x00" + canonical_json(norm)
+        key = _name(tool) + b"\x00" + canonical_json(norm)
         expected: _Entry | None = None
         hit: _Entry | None = None
         if opts.order == "any":

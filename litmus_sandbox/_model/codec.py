@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from litmus_sandbox._model.lossless import may_hold_bytes, written_form
 from litmus_sandbox._model.records import (
     SCHEMA_VERSION,
     EpisodeEnd,
@@ -120,18 +121,73 @@ _raw_decoder = msgspec.json.Decoder()
 
 
 def encode(record: msgspec.Struct) -> bytes:
-    """One record as a JSON line (with the trailing newline)."""
-    return _encoder.encode(record) + b"\n"
+    """One record as a JSON line (with the trailing newline), always valid UTF-8.
+
+    Text holding lone surrogates and bytes are written as stand-ins, with the originals
+    in ``meta["lossless"]`` (``lossless.py``); a record with neither (nearly all) is
+    encoded once, as it is.
+
+    Raises:
+        TypeError: a value JSON cannot hold (and msgspec's other encoding errors).
+    """
+    try:
+        line = _encoder.encode(record)
+    except UnicodeEncodeError:
+        line = _encoder.encode(written_form(record))
+    else:
+        if may_hold_bytes(record):
+            line = _encoder.encode(written_form(record))
+    return line + b"\n"
+
+
+def as_written(record: _S) -> _S:
+    """``record`` as a reader gets it back from the line :func:`encode` writes:
+    ``record`` itself, or its stand-ins with the originals in ``meta["lossless"]``."""
+    try:
+        _encoder.encode(record)
+    except UnicodeEncodeError:
+        pass
+    else:
+        if not may_hold_bytes(record):
+            return record
+    return msgspec.convert(written_form(record), type=type(record))
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value``'s JSON, for sizes and hashes.
+
+    A value holding lone surrogates (which UTF-8 cannot encode) gets the same JSON text
+    with each lone surrogate as its three bytes (``surrogatepass``): not UTF-8, so never
+    written, but distinct for distinct values, as JSON is.
+    """
+    try:
+        return _encoder.encode(value)
+    except UnicodeEncodeError:
+        return _surrogate_json(value, sort_keys=False)
 
 
 def canonical_json(obj: Any) -> bytes:
-    """Deterministic JSON (sorted keys) for content hashes."""
-    return _canonical.encode(obj)
+    """Deterministic JSON (sorted keys) for content hashes and replay keys; lone
+    surrogates as in :func:`json_bytes`."""
+    try:
+        return _canonical.encode(obj)
+    except UnicodeEncodeError:
+        return _surrogate_json(obj, sort_keys=True)
+
+
+def _surrogate_json(value: Any, *, sort_keys: bool) -> bytes:
+    text = json.dumps(
+        msgspec.to_builtins(value, str_keys=True),
+        ensure_ascii=False,
+        separators=(",", ":"),
+        sort_keys=sort_keys,
+    )
+    return text.encode("utf-8", "surrogatepass")
 
 
 def content_hash(obj: Any) -> str:
     """sha256 hex digest of ``obj``'s canonical JSON."""
-    return hashlib.sha256(_canonical.encode(obj)).hexdigest()
+    return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 
 _MALFORMED_AT = re.compile(r"JSON is malformed: [a-z ]+ \(byte (\d+)\)")

@@ -10,6 +10,7 @@ their indices); ``[*]`` at the end of a path ignores every element, however many
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -83,8 +84,17 @@ def format_path(segments: Sequence[Segment]) -> str:
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", seg):
             out.append(f".{seg}")
         else:
-            out.append("[" + msgspec.json.encode(seg).decode() + "]")
+            out.append(f"[{_quoted(seg)}]")
     return "".join(out)
+
+
+def _quoted(key: str) -> str:
+    """``key`` as a JSON string; a lone surrogate in it stays as it is (the record that
+    names the path keeps it losslessly)."""
+    try:
+        return msgspec.json.encode(key).decode()
+    except UnicodeEncodeError:
+        return json.dumps(key, ensure_ascii=False)
 
 
 _REMOVED = object()
@@ -175,7 +185,8 @@ def call_key(tool: str, args: Any, ignore: Iterable[tuple[Segment, ...]] = ()) -
     Raises:
         ConfigError: arguments nested past the interpreter's recursion limit.
     """
-    return tool.encode() + b"\x00" + canonical_json(normalize_args(args, ignore))
+    name = tool.encode("utf-8", "surrogatepass")  # a lone surrogate as its three bytes
+    return name + b"\x00" + canonical_json(normalize_args(args, ignore))
 
 
 def differing_paths(a: Any, b: Any, limit: int = 20) -> list[str]:

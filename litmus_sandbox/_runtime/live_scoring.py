@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from litmus_sandbox._model.codec import as_written
 from litmus_sandbox._model.records import (
     Episode,
     EpisodeEnd,
@@ -56,7 +57,9 @@ class TappedStream(EpisodeStream):
         self._lock = threading.Lock()  # written from worker threads too (fsync)
 
     def write_now(self, record: msgspec.Struct) -> msgspec.Struct:
-        record = super().write_now(record)  # as written: arguments by repr, or capped
+        # As written: arguments by repr, or capped; stand-ins for text that is not valid
+        # Unicode and for bytes (scored as a reader of the file scores them).
+        record = as_written(super().write_now(record))
         episode_id = getattr(record, "episode_id", None)
         if isinstance(episode_id, str):
             with self._lock:

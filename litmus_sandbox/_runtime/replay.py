@@ -23,6 +23,7 @@ import msgspec
 from litmus_sandbox._core.divergence import META_KEY, session_for
 from litmus_sandbox._core.replay_match import OptionsFor, ReplayOptions, ReplaySession, Served
 from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._model.lossless import restore_original
 from litmus_sandbox._model.records import (
     SCHEMA_VERSION,
     Episode,
@@ -60,7 +61,9 @@ class Cassette:
         record_to: str | os.PathLike[str] | None = None,
         fsync: bool = False,
     ) -> None:
-        self.episodes: tuple[Episode, ...] = tuple(episodes)
+        # As they were recorded: a call matches, and is served, the original values
+        # (text holding lone surrogates, bytes), not their stand-ins.
+        self.episodes: tuple[Episode, ...] = tuple(restore_original(ep) for ep in episodes)
         self.record_to = Path(record_to) if record_to is not None else None
         self.fsync = fsync
         self.size = sum(1 for ep in self.episodes for s in ep.steps if isinstance(s, ToolCallStep))

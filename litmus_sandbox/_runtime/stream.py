@@ -5,9 +5,10 @@ fsynced with ``fsync``: then off the event loop, for the writes that may wait). 
 call's step whose arguments JSON cannot hold is kept, with their ``repr``; arguments over
 ``max_result_bytes`` are recorded capped.
 
-Episode ids are unique in a stream: a second episode of one id would make it
-unreadable. The ids already in the file are read once, when first asked; those this
-sandbox starts are claimed before anything yields.
+Episode ids are unique in a stream, as written: a second episode of one id would make it
+unreadable (an id holding lone surrogates is written with U+FFFD for each, so two ids
+that differ only there are one). The ids already in the file are read once, when first
+asked; those this sandbox starts are claimed before anything yields.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import anyio
 import msgspec
 
 from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._model.lossless import stand_in_text
 from litmus_sandbox._model.records import ToolCallStep
 from litmus_sandbox._runtime.tool_calls import write_step
 from litmus_sandbox._store.streams import JsonlWriter
@@ -94,15 +96,16 @@ class EpisodeStream:
     def holds(self, episode_id: str) -> bool:
         """Whether ``episode_id`` is taken: claimed here, or in the file when first asked
         (written by this library)."""
-        return episode_id in self._ids or self._in_file(episode_id)
+        written = stand_in_text(episode_id)
+        return written in self._ids or self._in_file(written)
 
     def claim(self, episode_id: str) -> None:
         """Take ``episode_id`` for an episode starting now."""
-        self._ids.add(episode_id)
+        self._ids.add(stand_in_text(episode_id))
 
     def release(self, episode_id: str) -> None:
         """Give back ``episode_id``: its episode never started."""
-        self._ids.discard(episode_id)
+        self._ids.discard(stand_in_text(episode_id))
 
     def _in_file(self, episode_id: str) -> bool:
         if self._file_ids is None:

@@ -17,11 +17,9 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from litmus_sandbox._model.codec import encode
+from litmus_sandbox._model.codec import encode, json_bytes
 from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
 from litmus_sandbox._runtime import workers
-
-_json = msgspec.json.Encoder()
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,8 +44,8 @@ def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, d
         text, structured = value, None
     else:
         try:
-            raw = _json.encode(value)
-            text, structured = raw.decode(), value
+            # Text holding lone surrogates is shown as it is (the record keeps it losslessly).
+            text, structured = json_bytes(value).decode("utf-8", "surrogatepass"), value
         except (TypeError, msgspec.EncodeError, UnicodeDecodeError, OverflowError, RecursionError):
             text, structured = _safe_repr(value), None
             meta["repr_only"] = True
@@ -59,9 +57,12 @@ def to_content(value: Any, cap: int) -> tuple[tuple[dict[str, Any], ...], Any, d
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` as JSON can hold it: what JSON cannot hold becomes its ``repr``."""
+    """``value`` as JSON can hold it: what JSON cannot hold becomes its ``repr`` (bytes
+    stay bytes: the record keeps them losslessly)."""
     try:
-        return msgspec.to_builtins(value, enc_hook=_safe_repr, str_keys=True)
+        return msgspec.to_builtins(
+            value, enc_hook=_safe_repr, str_keys=True, builtin_types=(bytes, bytearray, memoryview)
+        )
     except (TypeError, ValueError, OverflowError, RecursionError):
         return _safe_repr(value)
 
@@ -114,7 +115,7 @@ def cap_args(args: dict[str, Any], cap: int) -> tuple[dict[str, Any], dict[str, 
     to its first bytes, anything else to the first bytes of its JSON text), the names of
     the values cut, the arguments dropped once the cap is spent (their count), and the
     size and sha256 of the whole arguments' JSON."""
-    data = _json.encode(args)
+    data = json_bytes(args)
     if len(data) <= cap:
         return args, None
     share = max(cap // _ARGUMENT_SHARE, 1)
@@ -122,13 +123,13 @@ def cap_args(args: dict[str, Any], cap: int) -> tuple[dict[str, Any], dict[str, 
     cut: list[str] = []
     used = 0
     for name, value in args.items():
-        part = _json.encode(value)
+        part = json_bytes(value)
         too_long = len(part) > share
         if too_long:
             text = value if isinstance(value, str) else part.decode(errors="replace")
             value, _ = cap_text(text, share)
-            part = _json.encode(value)
-        used += len(part) + len(_json.encode(name)) + 2  # its name, a colon, a comma
+            part = json_bytes(value)
+        used += len(part) + len(json_bytes(name)) + 2  # its name, a colon, a comma
         if used > cap:
             break
         kept[name] = value
@@ -174,7 +175,7 @@ def cap_shown(shown: Shown, cap: int) -> tuple[Shown, dict[str, Any] | None]:
     content take at most ``cap`` bytes as JSON, else its text cut to ``cap`` bytes (no
     structured content, the error flag kept), and the size and sha256 of that JSON."""
     try:
-        data = _json.encode((shown.content, shown.structured))
+        data = json_bytes((shown.content, shown.structured))
     except _UNENCODABLE:
         return shown, None  # recorded by its repr when written (``write_step``)
     if len(data) <= cap:
