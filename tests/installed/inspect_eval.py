@@ -9,39 +9,18 @@ litmus_sandbox: the entry point brings it, as it does for a user.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
 
 from inspect_ai import Task, eval
 from inspect_ai.agent import react
 from inspect_ai.dataset import Sample
-from inspect_ai.model import ModelOutput, ModelUsage, get_model
+from inspect_ai.model import get_model
 from inspect_ai.scorer import includes
-from inspect_ai.tool import Tool, tool
-from inspect_ai.util import sandbox
 
-MODEL = "mockllm/model"
-USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
-
-
-def call(fn: str, **args: Any) -> ModelOutput:
-    out = ModelOutput.for_tool_call(MODEL, fn, args)
-    out.usage = USAGE
-    return out
-
-
-@tool
-def write_note() -> Tool:
-    async def execute(name: str) -> str:
-        """Write a note in the sandbox.
-
-        Args:
-            name: the file name.
-        """
-        result = await sandbox().exec(["sh", "-c", f"echo hello > {name}"])
-        return f"exit {result.returncode}"
-
-    return execute
-
+# The adapter tests' scripted outputs and sandbox tool (that module imports no
+# litmus_sandbox either).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "inspect"))
+from inspect_tasks import MODEL, call, write_note
 
 if __name__ == "__main__":
     task = Task(

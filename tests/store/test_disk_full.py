@@ -1,15 +1,14 @@
 """A full disk under an output: one line naming the output, exit 2, the old file intact,
 no partial file left; and the partial files a killed run left are cleaned up.
 
-The full disk is real: a tmpfs of 64 KiB mounted in the test's folder and filled (root
-only; elsewhere the test says why it cannot run).
+The full disk is real: the small tmpfs of ``tests/conftest.py`` (root only; elsewhere the
+test says why it cannot run), filled.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,27 +19,16 @@ from litmus_sandbox._store.files import replaced
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path) -> Iterator[Path]:
+def full_disk(small_fs: Path) -> Path:
     """A folder on a filesystem with no space left (an old output already in it)."""
-    folder = tmp_path / "full"
-    folder.mkdir()
-    mount = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if mount.returncode != 0:
-        pytest.skip(f"a tmpfs cannot be mounted here (root is needed): {mount.stderr.strip()}")
-    try:
-        (folder / "out.jsonl").write_bytes(b"old\n")
-        with open(folder / "filler", "wb", buffering=0) as filler:
-            try:
-                while True:
-                    filler.write(b"\0" * 4096)
-            except OSError:
-                pass
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+    (small_fs / "out.jsonl").write_bytes(b"old\n")
+    with open(small_fs / "filler", "wb", buffering=0) as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return small_fs
 
 
 @pytest.fixture
