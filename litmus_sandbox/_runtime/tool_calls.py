@@ -94,7 +94,7 @@ def write_step(
         step = msgspec.structs.replace(
             step, args=args if isinstance(args, dict) else {"repr": args}, meta=meta
         )
-        line = encode(step)
+        step, line = _encoded(step)
     if cap is not None and len(line) > cap:
         args, capped = cap_args(step.args, cap)
         if capped is not None:
@@ -103,6 +103,64 @@ def write_step(
             line = encode(step)
     write(line)
     return step
+
+
+def _encoded(step: ToolCallStep) -> tuple[ToolCallStep, bytes]:
+    """``step``, whose arguments and meta JSON holds, and its line: what else JSON cannot
+    hold (a runner's own result, a probe's state) by its ``repr``, the parts named in
+    ``meta.parts_repr_only``. The call ran: its step is written whatever it holds."""
+    try:
+        return step, encode(step)
+    except _UNENCODABLE:
+        pass
+    parts: list[str] = []
+
+    def safe(name: str, value: Any) -> Any:
+        try:
+            json_bytes(value)
+        except _UNENCODABLE:
+            parts.append(name)
+            return json_safe(value)
+        return value
+
+    def objects(value: Any, wrap: Callable[[str], dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+        items = value if isinstance(value, list) else [value]
+        return tuple(
+            v if isinstance(v, dict) else wrap(v if isinstance(v, str) else _safe_repr(v))
+            for v in items
+        )
+
+    shown, actual, effects = step.shown, step.actual, step.effects
+    content = safe("shown.content", list(shown.content))
+    shown = msgspec.structs.replace(
+        shown,
+        content=objects(content, lambda text: {"type": "text", "text": text}),
+        structured=safe("shown.structured", shown.structured),
+    )
+    if actual is not None:
+        actual = msgspec.structs.replace(actual, value=safe("actual.value", actual.value))
+    state = safe("effects.state", list(effects.state))
+    effects = msgspec.structs.replace(effects, state=objects(state, lambda text: {"repr": text}))
+    meta = {**step.meta, "parts_repr_only": parts}
+    step = msgspec.structs.replace(step, shown=shown, actual=actual, effects=effects, meta=meta)
+    try:
+        return step, encode(step)
+    except _UNENCODABLE as exc:  # a field of a type its record does not allow
+        text = {"type": "text", "text": _safe_repr(step.shown)}
+        bare = ToolCallStep(
+            v=step.v,
+            episode_id=str(step.episode_id),
+            index=step.index,
+            call_id=str(step.call_id),
+            tool=str(step.tool),
+            args={"repr": _safe_repr(step.args)},
+            fidelity=step.fidelity,
+            shown=Shown(content=(text,), is_error=step.shown.is_error is True),
+            started_at=step.started_at,
+            ended_at=step.ended_at,
+            meta={"unencodable": _safe_repr(exc), "actual_repr": _safe_repr(step.actual)},
+        )
+        return bare, encode(bare)
 
 
 #: A capped argument keeps at most this share of ``max_result_bytes``.

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from litmus_sandbox import (
     Episode,
+    Finding,
     MessageStep,
     Policy,
     Sandbox,
@@ -28,7 +29,7 @@ from litmus_sandbox import (
 )
 from litmus_sandbox._model.records import SCHEMA_VERSION
 from litmus_sandbox._runtime.live_scoring import TappedStream
-from litmus_sandbox._runtime.tool_calls import cap_args
+from litmus_sandbox._runtime.tool_calls import cap_args, write_step
 
 pytestmark = pytest.mark.anyio
 
@@ -215,6 +216,48 @@ async def test_two_episode_ids_that_differ_only_in_a_lone_surrogate_are_one(
                 pass
     (episode,) = read_episodes([tmp_path / "e.jsonl"])
     assert restore_original(episode.header).episode_id == "id\udcff"
+
+
+async def test_a_runner_result_json_cannot_hold_is_written_by_repr(tmp_path: Path) -> None:
+    """The call ran: whatever its result holds, its step is written, with a note of the
+    parts written by their ``repr``."""
+
+    class Odd:
+        def __repr__(self) -> str:
+            return "<odd \udcff>"
+
+    async def runner(tool: str, args: Any) -> Shown:
+        return Shown(content=({"type": "text", "text": "x"},), structured={"o": Odd()})
+
+    episodes = tmp_path / "e.jsonl"
+    sandbox = Sandbox(root=tmp_path / "root", episodes=episodes, egress=False, probes=())
+    async with sandbox, sandbox.episode("c") as ep:
+        await ep.call_with(runner, "remote", {"a": Odd()})
+    (step,) = one_episode(episodes).steps
+    assert isinstance(step, ToolCallStep)
+    assert step.meta["parts_repr_only"] == ["shown.structured"]
+    assert step.meta["args_repr_only"] is True
+    original = restore_original(step)
+    assert original.shown.structured == {"o": "<odd \udcff>"}
+    assert original.args == {"a": "<odd \udcff>"}
+
+
+def test_a_step_is_written_even_with_a_field_of_the_wrong_type() -> None:
+    """The last resort: a typed field holding what JSON cannot hold (nothing the recorder
+    builds does) still leaves a step, by ``repr``, saying why."""
+    lines: list[bytes] = []
+    step = ToolCallStep(
+        v=SCHEMA_VERSION, episode_id="e1", index=0, call_id="e1:1", tool="t", args={"a": 1},
+        fidelity="real", shown=Shown(content=({"type": "text", "text": "ok"},)),
+        findings=(Finding(code="escape", detail=object()),),  # type: ignore[arg-type]
+    )  # fmt: skip
+    written = write_step(lines.append, step)
+    (line,) = lines
+    record = json.loads(line.decode("utf-8"))
+    assert record["index"] == 0
+    assert record["args"] == {"repr": "{'a': 1}"}
+    assert "TypeError" in record["meta"]["unencodable"]
+    assert written.meta["unencodable"] == record["meta"]["unencodable"]
 
 
 async def test_the_live_tap_keeps_the_stand_ins_as_written(tmp_path: Path) -> None:
