@@ -38,6 +38,7 @@ from agentdojo.task_suite.task_suite import TaskSuite, functions_stack_trace_fro
 from agentdojo.types import get_text_content_as_str
 
 from litmus_sandbox._config.policy import Policy
+from litmus_sandbox._core.redaction import redact_records
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import (
@@ -258,7 +259,8 @@ def run_case(
         meta={"agentdojo": facts},
     )
     with JsonlWriter(episodes) as writer:
-        writer.write_many([header, *steps, end])
+        # The calls' arguments redacted as the policy's [record] says.
+        writer.write_many(redact_records([header, *steps, end], rules.redaction))
     if failure is not None:
         raise failure
     return CaseResult(

@@ -26,6 +26,7 @@ from inspect_ai.log import EvalSpec
 from inspect_ai.log._condense import resolve_sample_attachments
 
 from litmus_sandbox import JsonlWriter
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, redact_records
 
 from ._episodes import sample_episode
 from ._names import local_name
@@ -63,7 +64,8 @@ class LitmusRecorder(Hooks):
         if spec is None:
             raise RuntimeError(f"{data.sample_id}: sample of a task that never started")
         sample = resolve_sample_attachments(data.sample, "full")
-        self._writer().write_many(sample_episode(spec, sample, log=None).records())
+        records = sample_episode(spec, sample, log=None).records()
+        self._writer().write_many(redact_records(records, DEFAULT_REDACTION))
 
     async def on_run_end(self, data: RunEnd) -> None:
         writers, self._writers = self._writers, {}

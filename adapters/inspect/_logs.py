@@ -17,6 +17,7 @@ import msgspec
 from inspect_ai.log import EvalSample, EvalSpec, read_eval_log, read_eval_log_samples
 
 from litmus_sandbox import LitmusError
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, redact_records
 from litmus_sandbox._model.codec import encode
 from litmus_sandbox._store.files import replaced
 
@@ -99,7 +100,8 @@ def import_logs(paths: Sequence[str], output: str | os.PathLike[str]) -> ImportS
                     stats.repeated += 1  # one episode id in a stream once
                     continue
                 seen.add(episode.header.episode_id)
-                out.write(b"".join(encode(r) for r in episode.records()))
+                records = redact_records(episode.records(), DEFAULT_REDACTION)
+                out.write(b"".join(encode(r) for r in records))
                 stats.episodes += 1
                 stats.steps += len(episode.steps)
                 stats.truncated += episode.header.recorder.truncated

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, redact_records
 from litmus_sandbox._model.codec import encode
 from litmus_sandbox._model.errors import RecordDecodeError
 from litmus_sandbox._store.files import decode_utf8, iter_lines, open_input, replaced
@@ -118,7 +119,8 @@ def import_transcripts(
                     if not raw.strip():
                         continue
                     episode = line_episode(path, lineno, raw, api)
-                    out.write(b"".join(encode(r) for r in episode.records()))
+                    records = redact_records(episode.records(), DEFAULT_REDACTION)
+                    out.write(b"".join(encode(r) for r in records))
                     stats.episodes += 1
                     stats.steps += len(episode.steps)
                     stats.truncated += episode.header.recorder.truncated

@@ -73,6 +73,12 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         metavar="POLICY.toml",
         help="tell refusals by this policy's refusal detector (default: the built-in one)",
     )
+    p.add_argument(
+        "--redactions",
+        action="store_true",
+        help="list what was redacted from each episode's tool-call arguments, by key and "
+        "shape (never the values), instead of the timeline",
+    )
     add_allow_empty_input(
         p, "an EPISODES or --verdicts file", " (with no episode at all, nothing is shown)"
     )
@@ -81,6 +87,8 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     require_records(args.episodes, "episodes", allow=args.allow_empty_input)
+    if args.redactions:
+        return show_redactions(args)
     require_records(args.verdicts or (), "verdicts", allow=args.allow_empty_input, arg="--verdicts")
     detector = RefusalDetector()
     if args.policy:
@@ -113,6 +121,68 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not shown and (seen_cases or picked or not args.allow_empty_input):
         raise LitmusError(_nothing(args, seen_cases))
     return 0
+
+
+def show_redactions(args: argparse.Namespace) -> int:
+    """``show --redactions``: for each selected episode, the redaction policy its header
+    names and each field redacted from its calls' arguments (``meta.redacted``): step,
+    tool, JSON path, shape; then a count by shape. Values are never shown (the record
+    holds none); names and ids are made safe for a terminal as in the timeline."""
+    warnings: list[ReadWarning] = []
+    seen_cases: list[str] = []
+    shown = 0
+    for ep in _selected(args.episodes, warnings, args.case, args.episode, seen_cases):
+        sys.stdout.write("".join(f"{line}\n" for line in redaction_lines(ep)))
+        shown += 1
+    for w in warnings:
+        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
+    picked = args.case is not None or args.episode is not None
+    if not shown and (seen_cases or picked or not args.allow_empty_input):
+        raise LitmusError(_nothing(args, seen_cases))
+    return 0
+
+
+def redaction_lines(ep: Episode) -> list[str]:
+    """What ``show --redactions`` prints for one episode (see :func:`show_redactions`)."""
+    from litmus_sandbox._core.redaction import HEADER_KEY, REDACTED_KEY
+    from litmus_sandbox._model.records import ToolCallStep
+
+    policy = ep.header.meta.get(HEADER_KEY)
+    if not isinstance(policy, dict):
+        said = "redaction not recorded (written before [record], or by another writer)"
+    elif policy.get("redact") is False:
+        said = "redaction off ([record] redact = false): arguments recorded as they were"
+    else:
+        said = f"redaction on ({_cell(str(policy.get('fingerprint', '?')))})"
+    rows: list[str] = []
+    tally: dict[str, int] = {}
+    steps: set[int] = set()
+    for step in ep.steps:
+        fields = step.meta.get(REDACTED_KEY) if isinstance(step, ToolCallStep) else None
+        if not isinstance(step, ToolCallStep) or not isinstance(fields, list):
+            continue
+        for field in fields:
+            if not isinstance(field, dict):
+                continue
+            path, shape = str(field.get("path", "?")), str(field.get("shape", "?"))
+            rows.append(
+                f"  step {step.index}  {_cell(step.tool, WHO_WIDTH)}  {_cell(path, 400)}  "
+                f"{_cell(shape)}"
+            )
+            tally[shape] = tally.get(shape, 0) + 1
+            steps.add(step.index)
+    title = f"episode {_cell(ep.episode_id)}  case {_cell(ep.case_id)}  {said}"
+    if not rows:
+        return [title, "  nothing redacted"]
+    count = f"{len(rows)} field{'' if len(rows) == 1 else 's'} redacted in {len(steps)} step"
+    by_shape = ", ".join(f"{_cell(k)} {n}" for k, n in sorted(tally.items()))
+    return [title, *rows, f"  {count}{'' if len(steps) == 1 else 's'}; by shape: {by_shape}"]
+
+
+def _cell(text: str, limit: int = FIELD_WIDTH) -> str:
+    """A recorded name or id on one line of the terminal: controls as visible escapes,
+    cut visibly past ``limit``."""
+    return clip(for_terminal(text), limit)
 
 
 def _selected(

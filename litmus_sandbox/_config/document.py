@@ -33,6 +33,7 @@ import msgspec
 
 from litmus_sandbox._config.egress import EgressPolicy
 from litmus_sandbox._config.explain import config_error, near_miss
+from litmus_sandbox._config.record import RecordConfig, redaction_of
 from litmus_sandbox._config.scoring import (
     JudgeConfig,
     OracleConfig,
@@ -47,9 +48,19 @@ from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
 from litmus_sandbox._store.files import read_toml
 
 #: The tables of a policy file, in the order the docs present them.
-TABLES: tuple[str, ...] = ("tools", "replay", "egress", "scoring", "refusal", "judge", "oracle")
+TABLES: tuple[str, ...] = (
+    "tools",
+    "replay",
+    "record",
+    "egress",
+    "scoring",
+    "refusal",
+    "judge",
+    "oracle",
+)
 #: Tables converted whole by msgspec, and their Structs.
 _STRUCT_TABLES: dict[str, Any] = {
+    "record": RecordConfig,
     "scoring": ScoringPolicy,
     "refusal": RefusalConfig,
     "judge": JudgeConfig,
@@ -71,6 +82,7 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True):
     tools: dict[str, ModeEntry] = {}
     default: ModeEntry = RealEntry()
     replay: ReplayOptions = ReplayOptions()
+    record: RecordConfig = RecordConfig()
     egress: dict[str, Any] | None = None
     scoring: ScoringPolicy = ScoringPolicy()
     refusal: RefusalConfig = RefusalConfig()
@@ -131,6 +143,8 @@ def decode_document(
         raise ConfigError(
             f"{source}: [scoring] reduction: {reduction!r} is not supported (only 'all')"
         )
+    if "record" in decoded:
+        redaction_of(decoded["record"], source=source)  # its patterns compile, and so on
     egress = data.get("egress")
     if egress is not None:
         EgressPolicy.from_mapping(egress, source=source)  # checked here, applied by the sandbox

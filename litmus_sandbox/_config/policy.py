@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._config.document import TABLES, PolicyDocument, decode_document, read_document
+from litmus_sandbox._config.record import RecordConfig, record_table, redaction_of
 from litmus_sandbox._config.tools import (
     DEFAULT_DENY_MESSAGE,
     DenyEntry,
@@ -40,6 +41,7 @@ from litmus_sandbox._config.tools import (
     mode_entry,
     replay_table,
 )
+from litmus_sandbox._core.redaction import Redaction
 from litmus_sandbox._core.replay_match import OnMiss, Order, ReplayOptions
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import ToolMode
@@ -132,6 +134,8 @@ class Policy:
         source: where the policy came from, for error messages.
         replay: the ``[replay]`` defaults of replayed tools (order, on_miss, ignore).
         egress: the ``[egress]`` table that came with the policy (a sandbox applies it).
+        record: the ``[record]`` table: what is redacted from a call's arguments before
+            its step is written (None: the default redaction).
 
     Raises:
         ConfigError: unknown modes, keys or values.
@@ -145,8 +149,11 @@ class Policy:
         source: str = "policy",
         replay: ReplayOptions | Mapping[str, Any] | None = None,
         egress: Mapping[str, Any] | None = None,
+        record: RecordConfig | Mapping[str, Any] | None = None,
     ) -> None:
         self.source = source
+        #: What the recorder redacts from a tool call's arguments (``[record]``).
+        self.redaction: Redaction = redaction_of(record_table(record, source=source), source=source)
         #: The ``[egress]`` table that came with this policy (a sandbox applies it), if any.
         self.egress = dict(egress) if egress is not None else None
         self.replay = replay_table(replay, source=source)
@@ -184,8 +191,9 @@ class Policy:
         cls, data: PolicyDocument | Mapping[str, Any], *, source: str = "policy"
     ) -> Policy:
         """Build from a whole policy document (decoded, or as a parsed file): its
-        ``[tools]``, ``[replay]`` and ``[egress]`` tables. Every other table is checked too
-        (the scorer reads them), so a document the sandbox takes, the scorer takes.
+        ``[tools]``, ``[replay]``, ``[record]`` and ``[egress]`` tables. Every other table is
+        checked too (the scorer reads them), so a document the sandbox takes, the scorer
+        takes.
 
         Raises:
             ConfigError: an unknown table, or a table, key or value that is not valid.
@@ -197,6 +205,7 @@ class Policy:
             source=doc.source,
             replay=doc.replay,
             egress=doc.egress,
+            record=doc.record,
         )
 
     @classmethod
@@ -213,8 +222,8 @@ class Policy:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """Read a policy file (all of it is checked) for its ``[tools]``, ``[replay]`` and
-        ``[egress]`` tables.
+        """Read a policy file (all of it is checked) for its ``[tools]``, ``[replay]``,
+        ``[record]`` and ``[egress]`` tables.
 
         Raises:
             ConfigError: unreadable file, bad TOML, an unknown table, key, mode or value.

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from litmus_sandbox._core.redaction import Redaction
 from litmus_sandbox._core.replay_match import CallRef, Divergence, OptionsFor, ReplaySession
 from litmus_sandbox._model.errors import ReplayLogError
 from litmus_sandbox._model.records import Episode, ToolCallStep
@@ -96,11 +97,16 @@ def recorded_calls(episodes: Iterable[Episode]) -> list[ToolCallStep]:
 
 
 def session_for(
-    recorded: Sequence[Episode], case_id: str, nth: int, options_for: OptionsFor
+    recorded: Sequence[Episode],
+    case_id: str,
+    nth: int,
+    options_for: OptionsFor,
+    redaction: Redaction | None = None,
 ) -> tuple[ReplaySession, tuple[str, ...]]:
-    """A fresh session for the ``nth`` new episode of ``case_id``, and its source ids."""
+    """A fresh session for the ``nth`` new episode of ``case_id``, and its source ids
+    (``redaction``: see :class:`ReplaySession`)."""
     sources = select_sources(recorded, case_id, nth)
-    return ReplaySession(recorded_calls(sources), options_for), tuple(
+    return ReplaySession(recorded_calls(sources), options_for, redaction), tuple(
         ep.episode_id for ep in sources
     )
 
@@ -121,20 +127,24 @@ def report_of(
 
 
 def check_episodes(
-    recorded: Sequence[Episode], episodes: Iterable[Episode], options_for: OptionsFor
+    recorded: Sequence[Episode],
+    episodes: Iterable[Episode],
+    options_for: OptionsFor,
+    redaction: Redaction | None = None,
 ) -> list[ReplayReport]:
     """Check offline that the tool calls of ``episodes`` follow the recording.
 
     Each episode is matched as if it had been run against ``recorded`` (same source
     selection, same options), whatever its steps' fidelity says. Calls of tools with no
-    options (``options_for`` returns None) are not checked.
+    options (``options_for`` returns None) are not checked. With ``redaction``, both
+    sides' arguments are compared redacted (a plain recording against a redacted one).
     """
     seen: dict[str, int] = {}
     reports = []
     for ep in episodes:
         nth = seen.get(ep.case_id, 0)
         seen[ep.case_id] = nth + 1
-        session, sources = session_for(recorded, ep.case_id, nth, options_for)
+        session, sources = session_for(recorded, ep.case_id, nth, options_for, redaction)
         for step in ep.steps:
             if isinstance(step, ToolCallStep) and session.options(step.tool) is not None:
                 outcome = session.match(step.tool, step.args)

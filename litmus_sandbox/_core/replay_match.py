@@ -24,6 +24,12 @@ why (``no_match``, ``out_of_order``, ``repeated``, ``recording_exhausted``), the
 recorded call expected at that position (strict orders) and the closest recorded calls
 of the same tool with the argument paths that differ. What happens to the agent on a
 miss (``on_miss``: an error, or a real call) is the runtime's business, not this module's.
+
+Recorded arguments may hold redacted secrets (``<redacted N chars sha256:...>``,
+``redaction.py``). A session given the recording policy's :class:`Redaction` redacts the
+agent's arguments the same way before matching (a live call carrying the plain secret
+matches its redacted recording), and the recorded ones too (a plain recording matches a
+redacting run): what a divergence names is redacted whichever side it comes from.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from litmus_sandbox._core.redaction import Redaction, redact_step
 from litmus_sandbox._model.codec import canonical_json
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.jsonpath import (
@@ -194,13 +201,20 @@ class ReplaySession:
         recorded: the recorded tool calls, in recorded order.
         options_for: the replay options of a tool, or None for a tool that is not
             served from the recording (its recorded calls are skipped, never unused).
+        redaction: redact both sides' arguments before comparing (None: as they are).
 
     Each :meth:`match` returns a :class:`Served` or a :class:`Divergence`; misses are
     kept in :attr:`divergences` (in call order).
     """
 
-    def __init__(self, recorded: Sequence[ToolCallStep], options_for: OptionsFor) -> None:
+    def __init__(
+        self,
+        recorded: Sequence[ToolCallStep],
+        options_for: OptionsFor,
+        redaction: Redaction | None = None,
+    ) -> None:
         self._options_for = options_for
+        self._redaction = redaction if redaction is not None and redaction.enabled else None
         self._opts: dict[str, ReplayOptions | None] = {}
         self._ignore: dict[str, tuple[tuple[Segment, ...], ...]] = {}
         self._entries: list[_Entry] = []
@@ -212,6 +226,8 @@ class ReplaySession:
             opts = self.options(step.tool)
             if opts is None:
                 continue
+            if self._redaction is not None:
+                step = redact_step(step, self._redaction)
             entry = _Entry(step, opts, self._ignore[step.tool])
             self._entries.append(entry)
             self._by_tool[step.tool].append(entry)
@@ -245,6 +261,8 @@ class ReplaySession:
             raise ValueError(f"tool {tool!r} is not served from the recording")
         call = self.calls
         self.calls += 1
+        if self._redaction is not None:
+            args, _ = self._redaction.args(args)
         norm = normalize_args(args, self._ignore[tool])
         key = _name(tool) + b"\x00" + canonical_json(norm)
         expected: _Entry | None = None

@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction
 from litmus_sandbox._model.codec import as_written
 from litmus_sandbox._model.records import (
     Episode,
@@ -51,8 +52,15 @@ from litmus_sandbox.judges import ScoringConfig, load_policy
 class TappedStream(EpisodeStream):
     """An episode stream that also keeps the records of each open episode (as written)."""
 
-    def __init__(self, path: Path, *, fsync: bool = False, cap: int | None = None) -> None:
-        super().__init__(path, fsync=fsync, cap=cap)
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fsync: bool = False,
+        cap: int | None = None,
+        redaction: Redaction = DEFAULT_REDACTION,
+    ) -> None:
+        super().__init__(path, fsync=fsync, cap=cap, redaction=redaction)
         self._open: dict[str, list[msgspec.Struct]] = {}
         self._lock = threading.Lock()  # written from worker threads too (fsync)
 

@@ -269,7 +269,9 @@ class Recording:
         def noted(step: ToolCallStep) -> ToolCallStep:
             if not facts:
                 return step
-            return msgspec.structs.replace(step, meta={**step.meta, "processes": dict(facts)})
+            # Command lines echo the call's arguments: their secrets are redacted too.
+            kept, _ = self._policy.redaction.args(dict(facts))
+            return msgspec.structs.replace(step, meta={**step.meta, "processes": kept})
 
         return await self.call_with(runner, name, args, finalize=noted)
 
@@ -375,7 +377,7 @@ class Recording:
             cassette is None or "recorded_as" in facts
         ):
             return step
-        where = cassette.record(self.header, self._sources, step)
+        where = cassette.record(self.header, self._sources, step, self._policy.redaction)
         facts = {**facts, "recorded_as": msgspec.to_builtins(where)}
         return msgspec.structs.replace(step, meta={**step.meta, META_KEY: facts})
 
@@ -451,7 +453,7 @@ class Recording:
         )
         end_meta: dict[str, Any] = dict(self.end_meta)
         if killed:
-            end_meta["processes_killed"] = killed
+            end_meta["processes_killed"] = self._policy.redaction.args(killed)[0]
         session = self._env.replay
         if session is not None and self._cassette is not None:
             report = report_of(session, self.episode_id, self.header.case_id, self._sources)

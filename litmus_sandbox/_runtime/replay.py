@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._core.divergence import META_KEY, session_for
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction, stamp_header
 from litmus_sandbox._core.replay_match import OptionsFor, ReplayOptions, ReplaySession, Served
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.lossless import restore_original
@@ -130,16 +131,17 @@ class Cassette:
         return list(seen)
 
     def session(
-        self, case_id: str, options_for: OptionsFor
+        self, case_id: str, options_for: OptionsFor, redaction: Redaction | None = None
     ) -> tuple[ReplaySession, tuple[str, ...]]:
         """A replay session for the next new episode of ``case_id``, and its source ids.
 
         The n-th session of a case replays the n-th recorded episode of that case
         (cycling); a case the cassette never recorded replays every episode as one pool.
+        With ``redaction``, live and recorded arguments are compared redacted.
         """
         nth = self._runs.get(case_id, 0)
         self._runs[case_id] = nth + 1
-        return session_for(self.episodes, case_id, nth, options_for)
+        return session_for(self.episodes, case_id, nth, options_for, redaction)
 
     # ------------------------------------------------------------ the simple API
 
@@ -171,12 +173,17 @@ class Cassette:
     # ------------------------------------------------------------ record-new
 
     def record(
-        self, live: EpisodeHeader, sources: Sequence[str], step: ToolCallStep
+        self,
+        live: EpisodeHeader,
+        sources: Sequence[str],
+        step: ToolCallStep,
+        redaction: Redaction = DEFAULT_REDACTION,
     ) -> ReplaySource:
         """Append a call executed for real on a ``record-new`` miss; returns where it went.
 
         The first call of a live episode opens its supplement episode in the cassette
-        file (see the module docstring).
+        file (see the module docstring); its arguments are redacted as the live
+        episode's (``redaction``).
 
         Raises:
             ConfigError: the cassette has no file to grow.
@@ -192,19 +199,18 @@ class Cassette:
         sup = self._supplements.get(live.episode_id)
         if sup is None:
             sup = self._supplements[live.episode_id] = _Supplement(uuid.uuid4().hex)
-            self._writer.write(
-                EpisodeHeader(
-                    v=SCHEMA_VERSION,
-                    episode_id=sup.episode_id,
-                    case_id=live.case_id,
-                    suite=live.suite,
-                    agent=live.agent,
-                    started_at=datetime.now(UTC).isoformat(),
-                    recorder=live.recorder,
-                    tool_modes=live.tool_modes,
-                    meta={META_KEY: {"supplements": list(sources), "recorded_by": live.episode_id}},
-                )
+            header = EpisodeHeader(
+                v=SCHEMA_VERSION,
+                episode_id=sup.episode_id,
+                case_id=live.case_id,
+                suite=live.suite,
+                agent=live.agent,
+                started_at=datetime.now(UTC).isoformat(),
+                recorder=live.recorder,
+                tool_modes=live.tool_modes,
+                meta={META_KEY: {"supplements": list(sources), "recorded_by": live.episode_id}},
             )
+            self._writer.write(stamp_header(header, redaction))
         index = sup.steps
         # Its meta as recorded live (what an adapter kept of the answer, repr_only...),
         # without the live episode's replay facts.
@@ -212,6 +218,7 @@ class Cassette:
         write_step(
             self._writer.append,
             msgspec.structs.replace(step, episode_id=sup.episode_id, index=index, meta=meta),
+            redaction=redaction,
         )
         sup.steps += 1
         return ReplaySource(episode_id=sup.episode_id, step=index)

@@ -35,6 +35,7 @@ import httpx
 
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.divergence import META_KEY, ReplayReport
+from litmus_sandbox._core.redaction import HEADER_KEY
 from litmus_sandbox._core.replay_match import ReplaySession
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import ConfigError, UpstreamError, leaf_errors
@@ -194,13 +195,16 @@ class Sandbox:
         self.egress_mode: dict[str, Any] = {}
         self._stack: AsyncExitStack | None = None
         self._observers = Observers(probes)
+        # Every step is written through the stream, which redacts its arguments
+        # ([record]): nothing of a secret in them reaches the file, or anything read from it.
+        redaction = self.policy.redaction
         self._tap = (
-            TappedStream(self.episodes_path, fsync=fsync, cap=max_result_bytes)
+            TappedStream(self.episodes_path, fsync=fsync, cap=max_result_bytes, redaction=redaction)
             if self.scoring
             else None
         )
         self._stream = self._tap or EpisodeStream(
-            self.episodes_path, fsync=fsync, cap=max_result_bytes
+            self.episodes_path, fsync=fsync, cap=max_result_bytes, redaction=redaction
         )
         self._processes = Subprocesses(self.root, max_result_bytes)
         self._observers.ignore(self.episodes_path)
@@ -348,7 +352,8 @@ class Sandbox:
         agent: str | None,
         meta: dict[str, Any],
     ) -> EpisodeHeader:
-        """An episode's header: who records, the tools' modes, how each probe watches."""
+        """An episode's header: who records, the tools' modes, how each probe watches,
+        and what is redacted from the calls' arguments (``meta.redaction``)."""
         oracles: dict[str, Any] = {}
         for probe in self.probes:
             out = description(probe)
@@ -369,7 +374,7 @@ class Sandbox:
             ),
             tool_modes=self.policy.modes(list(self._tools)),
             oracles=oracles,
-            meta=meta,
+            meta={**meta, HEADER_KEY: self.policy.redaction.describe()},
         )
 
     def _recorder(
@@ -417,7 +422,9 @@ class Sandbox:
                 f"episode id {episode_id!r} is already used in {str(self.episodes_path)!r}"
             )
         if self._cassette is not None:
-            session, sources = self._cassette.session(case_id, self.policy.replay_options)
+            session, sources = self._cassette.session(
+                case_id, self.policy.replay_options, self.policy.redaction
+            )
             header_meta.setdefault(META_KEY, {"sources": list(sources)})
         # Taken now, before anything yields: two episodes of one id would make the stream
         # unreadable.

@@ -3,7 +3,8 @@
 Records are written whole, one JSON line each, flushed before the write returns (and
 fsynced with ``fsync``: then off the event loop, for the writes that may wait). A tool
 call's step whose arguments JSON cannot hold is kept, with their ``repr``; arguments over
-``max_result_bytes`` are recorded capped.
+``max_result_bytes`` are recorded capped; secrets in them are redacted first (the
+policy's ``[record]``).
 
 Episode ids are unique in a stream, as written: a second episode of one id would make it
 unreadable (an id holding lone surrogates is written with U+FFFD for each, so two ids
@@ -20,6 +21,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.lossless import stand_in_text
 from litmus_sandbox._model.records import ToolCallStep
@@ -38,12 +40,21 @@ class EpisodeStream:
         fsync: fsync every record (slower, survives power loss).
         cap: ``max_result_bytes``: a step's arguments larger than this as JSON are
             recorded capped (``write_step``; None: never).
+        redaction: what is redacted from a step's arguments before it is written.
     """
 
-    def __init__(self, path: Path, *, fsync: bool = False, cap: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fsync: bool = False,
+        cap: int | None = None,
+        redaction: Redaction = DEFAULT_REDACTION,
+    ) -> None:
         self.path = path
         self.fsync = fsync
         self.cap = cap
+        self.redaction = redaction
         self._writer: JsonlWriter | None = None
         self._ids: set[str] = set()
         self._file_ids: set[str] | None = None  # read from the file when first needed
@@ -72,7 +83,7 @@ class EpisodeStream:
 
     def write_now(self, record: msgspec.Struct) -> msgspec.Struct:
         """Write ``record`` (fsynced with ``fsync``, blocking); returns it as written (a
-        step's arguments by ``repr`` when JSON cannot hold them, or capped).
+        step's arguments redacted, by ``repr`` when JSON cannot hold them, or capped).
 
         Raises:
             ConfigError: the stream is not open (the sandbox is not).
@@ -80,7 +91,7 @@ class EpisodeStream:
         if self._writer is None:
             raise ConfigError("the sandbox is not open: use 'async with Sandbox(...)'")
         if isinstance(record, ToolCallStep):
-            record = write_step(self._writer.append, record, self.cap)
+            record = write_step(self._writer.append, record, self.cap, self.redaction)
         else:
             self._writer.write(record)
         if self.fsync:

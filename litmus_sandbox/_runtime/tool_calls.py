@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction, redact_step
 from litmus_sandbox._model.codec import encode, json_bytes
 from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
 from litmus_sandbox._runtime import workers
@@ -72,11 +73,17 @@ _UNENCODABLE = (TypeError, msgspec.EncodeError, OverflowError, RecursionError)
 
 
 def write_step(
-    write: Callable[[bytes], None], step: ToolCallStep, cap: int | None = None
+    write: Callable[[bytes], None],
+    step: ToolCallStep,
+    cap: int | None = None,
+    redaction: Redaction = DEFAULT_REDACTION,
 ) -> ToolCallStep:
     """Encode a tool call's step and write the line with ``write``; returns the step as
     written.
 
+    Every writer of a recorded call's step writes it here, and here its arguments are
+    redacted first (``redaction``, the policy's ``[record]``; see
+    :mod:`litmus_sandbox._core.redaction`): the plain value of a secret is never encoded.
     In-process calls may pass any Python value as an argument: the call ran, so its step
     is kept, with what JSON cannot hold by its ``repr`` (flagged ``args_repr_only``).
     With ``cap`` (``max_result_bytes``), arguments whose JSON takes more are recorded
@@ -84,6 +91,7 @@ def write_step(
     below the readers' line limit whatever the agent passed. Only a line longer than
     ``cap`` can hold such arguments, so a step is measured only then.
     """
+    step = redact_step(step, redaction)
     try:
         line = encode(step)
     except _UNENCODABLE:
@@ -94,6 +102,8 @@ def write_step(
         step = msgspec.structs.replace(
             step, args=args if isinstance(args, dict) else {"repr": args}, meta=meta
         )
+        # What JSON could not hold is now its repr: that text is looked through too.
+        step = redact_step(step, redaction)
         step, line = _encoded(step)
     if cap is not None and len(line) > cap:
         args, capped = cap_args(step.args, cap)

@@ -31,6 +31,11 @@ BAD = [
         r"\[oracle\] forbidden_findings\[0\]: unknown finding 'escpae'; did you mean 'escape'\?",
     ),
     ('[refusal]\nnmae = "x"\n', r"\[refusal\]: unknown key 'nmae'; did you mean 'name'\?"),
+    ("[record]\nredakt = false\n", r"\[record\]: unknown key 'redakt'; did you mean 'redact'\?"),
+    (
+        "[record]\nredact_patterns = ['(unclosed']\n",
+        r"\[record\] redact_patterns\[0\]: '\(unclosed' is not a regular expression",
+    ),
     ('[egress]\n"x.example" = { stauts = 403 }\n', r"\[egress\] 'x.example': .*'stauts'"),
     ("[tool]\n", r"unknown table \[tool\]; did you mean 'tools'\?"),
     (
@@ -184,7 +189,16 @@ def test_policy_from_a_document_keeps_modes_as_strings() -> None:
 
 
 def test_the_tables_are_written_once() -> None:
-    assert set(TABLES) == {"tools", "replay", "egress", "scoring", "refusal", "judge", "oracle"}
+    assert set(TABLES) == {
+        "tools",
+        "replay",
+        "record",
+        "egress",
+        "scoring",
+        "refusal",
+        "judge",
+        "oracle",
+    }
     assert {"tools", "judge"} <= set(PolicyDocument.__struct_fields__)
 
 
