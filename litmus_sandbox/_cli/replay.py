@@ -20,6 +20,7 @@ from litmus_sandbox._cli.progress import track
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.diff import CATEGORIES, Change, EpisodeDiff, diff_episodes, pair_by_case
 from litmus_sandbox._core.divergence import ReplayReport, check_episodes, report_from_log
+from litmus_sandbox._core.redaction import DEFAULT_REDACTION
 from litmus_sandbox._core.replay_match import ORDERS, CallRef, Divergence, ReplayOptions
 from litmus_sandbox._model.errors import ConfigError, RecordDecodeError, ReplayLogError
 from litmus_sandbox._model.jsonpath import parse_path
@@ -193,7 +194,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not recorded and not allow:
             raise ConfigError(f"no recorded episodes in {', '.join(args.cassette)}")
         checking = track(episodes, "checking episodes", quiet=args.quiet)
-        reports = check_episodes(recorded, checking, options_for)
+        # Both sides' arguments compared redacted, as a live replay compares them.
+        redaction = Policy.from_file(args.policy).redaction if args.policy else DEFAULT_REDACTION
+        reports = check_episodes(recorded, checking, options_for, redaction)
     else:
         try:
             found = [

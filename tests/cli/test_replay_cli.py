@@ -259,3 +259,18 @@ async def test_a_malformed_header_replay_record_is_named_by_its_line(
     r = _replay_check(bad, records)
     assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
     assert "bad.jsonl:1: malformed replay record: meta.replay.sources" in r.stderr
+
+
+def test_a_plain_recording_checks_against_a_redacted_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check compares both sides redacted, as a live replay does: a cassette recorded
+    with the plain secret follows a run whose recording holds it redacted."""
+    from litmus_sandbox._core.redaction import DEFAULT_REDACTION, redact_step
+
+    plain = write(tmp_path / "plain.jsonl", "p", [("login", {"password": "hunter2-canary"})])
+    step = redact_step(call(1, "login", args={"password": "hunter2-canary"}), DEFAULT_REDACTION)
+    assert step.args["password"].startswith("<redacted 14 chars sha256:")
+    run = write(tmp_path / "run.jsonl", "r", [("login", dict(step.args))])
+    assert main(["replay", "--check", "--cassette", str(plain), str(run)]) == 0
+    assert "0 of 1 episodes diverged" in capsys.readouterr().out
