@@ -41,6 +41,7 @@ fidelity = ["real", "swallowed"]
 #: quiet 2-core machine): more than the suite's per-test default when the machine is busy.
 pytestmark = pytest.mark.timeout(300)
 
+
 def litmus(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "litmus_sandbox._cli.main", *map(str, args)],
