@@ -139,6 +139,25 @@ def test_show_is_inert_and_keeps_the_mark_on_screen(
     assert all("UNSAFE" in line and len(line) <= 120 for line in marked)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["diff", "{candidate-episodes}", "{baseline-episodes}"],
+        # -q: no progress bar (its own cursor sequences) on the pty
+        ["replay", "-q", "--check", "--cassette", "{baseline-episodes}", "{candidate-episodes}"],
+    ],
+)
+def test_diff_and_replay_are_inert(
+    corpus: dict[str, Path], tmp_path: Path, command: list[str]
+) -> None:
+    args = [corpus[a[1:-1]] if a.startswith("{") else a for a in command]
+    code, out, err = cli(*args, cwd=tmp_path)
+    assert code in (0, 1), err
+    assert out
+    assert_inert(out + err)
+    assert_inert(on_pty(*args, cwd=tmp_path), styled=True)
+
+
 def test_error_lines_are_inert(corpus: dict[str, Path], tmp_path: Path) -> None:
     code, out, err = cli("show", corpus["candidate-episodes"], "--case", "unknown", cwd=tmp_path)
     assert code == 2
