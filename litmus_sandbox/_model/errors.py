@@ -69,6 +69,11 @@ class JudgeError(UpstreamError):
     """A judge failed to produce a verdict (after its retries and fallback)."""
 
 
+class CacheError(UpstreamError):
+    """The step-verdict cache failed to read or write (a full disk, an I/O error, a lock
+    held too long). Names the cache's path and what failed."""
+
+
 def leaf_errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     """The exceptions inside ``group`` and the groups nested in it, in order."""
     out: list[BaseException] = []

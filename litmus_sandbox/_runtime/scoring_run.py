@@ -19,7 +19,8 @@ counts as served from the cache - exactly what scoring the episodes in turn woul
 Jobs wait in a window in submission order; whenever the job at its head is done it is
 finished (cache written, verdict built) and handed to ``on_verdict`` - so verdicts come
 out in the order the episodes went in, whatever order their steps were answered in.
-Leaving the block waits for every step in flight.
+Leaving the block waits for every step in flight. A failure inside the run (the
+cache's, say) leaves it as that one error, not as a task group's.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
+from litmus_sandbox._model.errors import LitmusError, leaf_errors
 from litmus_sandbox._model.records import Episode, Verdict
 from litmus_sandbox._runtime.scoring_job import Asked, EpisodeJob, ScoreStats, ask_inline
 from litmus_sandbox._runtime.scoring_job import with_attempts as _with_attempts
@@ -55,6 +57,7 @@ class ScoringRun:
     Raises:
         ConfigError: on entering, a judge's session cannot open (e.g. its key's
             environment variable is not set).
+        CacheError: the cache failed (a full disk, an I/O error).
     """
 
     def __init__(
@@ -100,10 +103,12 @@ class ScoringRun:
         tb: TracebackType | None,
     ) -> bool | None:
         try:
-            return await self._stack.__aexit__(exc_type, exc, tb)
-        finally:
-            if exc_type is None:
-                self._flush()
+            suppressed = await self._stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            raise _one_error(group) from None
+        if exc_type is None:
+            self._flush()
+        return suppressed
 
     async def submit(self, episode: Episode) -> None:
         """Start scoring ``episode``; returns once its steps are all asked or in flight."""
@@ -168,6 +173,17 @@ class _Asking:
         self.owner = owner
         self.waiting: list[tuple[EpisodeJob, int]] = []
         self.outcome: tuple[Asked, Asked | None] | None = None
+
+
+def _one_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error inside a task group's ``group`` (cancellations aside): the one there is,
+    or the first when all are ours (several tasks met the same full disk); else the group
+    itself. A cache that failed is one line, not a group."""
+    cancelled = anyio.get_cancelled_exc_class()
+    errors = [e for e in leaf_errors(group) if not isinstance(e, cancelled)]
+    if len(errors) == 1 or (errors and all(isinstance(e, LitmusError) for e in errors)):
+        return errors[0]
+    return group
 
 
 async def _ask(judge: Judge, call: JudgeCall | None, job: EpisodeJob, i: int, tries: int) -> Asked:

@@ -1,8 +1,11 @@
 """A concurrent scoring run inside an event loop, on asyncio and on trio: verdicts in the
-episodes' order, the concurrency bound, Retry-After honoured by the backend's sleep, and
-a step shared by several episodes asked once."""
+episodes' order, the concurrency bound, Retry-After honoured by the backend's sleep, a
+step shared by several episodes asked once, and a cache failure as one error."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from factories import episode, msg
@@ -10,9 +13,12 @@ from judge_endpoint import Reply, Request, running, verdict
 from test_openai_judge import CANARY, STEPS, config, gaps
 
 from litmus_sandbox import ScoreStats, VerdictCache
+from litmus_sandbox._core.scoring import StepJudgment
+from litmus_sandbox._model.errors import CacheError
 from litmus_sandbox._model.records import Verdict
 from litmus_sandbox._runtime.scoring_job import EpisodeJob
 from litmus_sandbox._runtime.scoring_run import ScoringRun
+from litmus_sandbox._store.cache import CacheKey
 
 pytestmark = pytest.mark.anyio
 
@@ -77,3 +83,17 @@ async def test_a_step_several_episodes_share_is_asked_once() -> None:
     first = out[0]
     assert first is not None
     assert all(v is not None and v.steps == first.steps for v in out)
+
+
+async def test_a_cache_that_fails_in_a_run_is_that_one_error(tmp_path: Path) -> None:
+    class FullDisk(VerdictCache):
+        def put_many(self, items: Iterable[tuple[CacheKey, StepJudgment]]) -> None:
+            raise CacheError(f"{self.path}: verdict cache: storing failed: disk is full")
+
+    with (
+        running() as endpoint,
+        FullDisk(tmp_path / "c.sqlite") as cache,
+        pytest.raises(CacheError, match="storing failed"),
+    ):
+        async with ScoringRun(config(endpoint.url), cache, ScoreStats()) as run:
+            await run.submit(episode(STEPS))
