@@ -5,8 +5,9 @@ Theory of operation
 The I/O shell around the sans-io scoring core. Each episode becomes an
 :class:`~litmus_sandbox._runtime.scoring_job.EpisodeJob` (truncation view, cache look-ups);
 its pending steps are asked of the judge, re-asked ``retries`` times when it fails, then
-of the fallback judge when one is configured; the job then caches what was judged and
-builds the verdict, or none when a step got no verdict (no guess).
+of the fallback judge when one is configured; what the judge judged is cached (by the
+concurrent driver as each answer arrives, by the inline one as each episode ends) and the
+job builds the verdict, or none when a step got no verdict (no guess).
 
 Two drivers ask the judge:
 

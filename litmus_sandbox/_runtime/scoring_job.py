@@ -7,9 +7,11 @@ covered steps, and the step-verdict cache answers every step that judge already 
 in that context. The steps left are *pending*; a driver (``scorer.py``: inline, or
 concurrent tasks) asks the judge about each and settles it, either with a judgment
 (:meth:`EpisodeJob.settle`) or with a :class:`StepFailure` (:meth:`EpisodeJob.fail`).
-Once every pending step is settled, :meth:`EpisodeJob.finish` stores the fresh judgments
-in the cache (one transaction; a failure is never stored) and builds the verdict - or
-none, when any step failed: no guess, the case gets no verdict.
+Once every pending step is settled, :meth:`EpisodeJob.finish` builds the verdict - or
+none, when any step failed: no guess, the case gets no verdict. The fresh judgments are
+stored in the cache by the driver: the sync one passes the cache to ``finish`` (one
+transaction per episode), the concurrent run stores each as it arrives and passes none.
+A failure is never stored, nor a fallback's judgment under the primary judge's key.
 
 A step verdict's provenance is its judgment's: the attempts it took (kept in the cache,
 so a re-score gives the same verdict), whether the fallback judge gave it, the model that
@@ -133,7 +135,8 @@ class EpisodeJob:
         self._open -= 1
 
     def finish(self, cache: VerdictCache | None, stats: ScoreStats) -> Verdict | None:
-        """Cache the fresh judgments; the verdict, or None when a step failed."""
+        """Store the fresh judgments in ``cache`` (None: the driver stored them as they
+        came); the verdict, or None when a step failed."""
         if cache is not None:
             cache.put_many(self._fresh)  # one transaction per episode; only judgments
         ep = self.episode

@@ -16,11 +16,18 @@ same context, under the same judge) is not asked again: it waits for that answer
 counts as served from the cache - exactly what scoring the episodes in turn would give.
 (Without a cache every covered step is asked, as in turn.)
 
+With a cache, each judgment of the primary judge is buffered as it arrives
+(:class:`~litmus_sandbox._runtime.shared_steps.SharedSteps`); a keeper task wakes up
+then, and stores it with the others that arrive within ``WRITE_GAP`` (0.02 s) in one
+transaction. A kill loses at most the steps in flight and those answered in the last few
+tens of milliseconds.
+
 Jobs wait in a window in submission order; whenever the job at its head is done it is
-finished (cache written, verdict built) and handed to ``on_verdict`` - so verdicts come
-out in the order the episodes went in, whatever order their steps were answered in.
-Leaving the block waits for every step in flight. A failure inside the run (the
-cache's, say) leaves it as that one error, not as a task group's.
+finished (verdict built) and handed to ``on_verdict`` - so verdicts come out in the order
+the episodes went in, whatever order their steps were answered in: only the output waits
+for order, never the cache. Leaving the block waits for every step submitted, stores the
+last judgments (also when leaving on an error: what was judged is kept). A failure inside the run (the cache's, say) leaves it as that one error,
+not as a group.
 """
 
 from __future__ import annotations
@@ -33,10 +40,11 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from litmus_sandbox._model.errors import LitmusError, leaf_errors
+from litmus_sandbox._model.errors import CacheError, LitmusError, leaf_errors
 from litmus_sandbox._model.records import Episode, Verdict
 from litmus_sandbox._runtime.scoring_job import Asked, EpisodeJob, ScoreStats, ask_inline
 from litmus_sandbox._runtime.scoring_job import with_attempts as _with_attempts
+from litmus_sandbox._runtime.shared_steps import WRITE_GAP, SharedSteps, Tick
 from litmus_sandbox._store.cache import CacheKey, VerdictCache
 from litmus_sandbox.judges import Judge, JudgeCall, ScoringConfig, is_session_judge
 from litmus_sandbox.judges._failure import failure_attempts
@@ -57,7 +65,8 @@ class ScoringRun:
     Raises:
         ConfigError: on entering, a judge's session cannot open (e.g. its key's
             environment variable is not set).
-        CacheError: the cache failed (a full disk, an I/O error).
+        CacheError: the cache failed (a full disk): what was judged before is stored
+            where the cache still allows it.
     """
 
     def __init__(
@@ -80,7 +89,13 @@ class ScoringRun:
         self.max_concurrency = min((j.max_concurrency for j in judges), default=1)
         self._limiter = anyio.CapacityLimiter(self.max_concurrency)
         self._tg: anyio.abc.TaskGroup | None = None
-        #: Steps being asked about (or answered, their job not yet finished), by cache key.
+        #: The cache's side of the run: judgments not yet stored (None: no cache).
+        self._shared = SharedSteps(cache) if cache is not None else None
+        self._keeper: anyio.CancelScope | None = None
+        #: Set when a judgment waits to be written (wakes the keeper).
+        self._to_write: anyio.Event | None = None
+        self._emptied: anyio.Event | None = None
+        #: Steps being asked about (or answered, their judgment not yet stored), by key.
         self._asking: dict[CacheKey, _Asking] = {}
 
     async def __aenter__(self) -> ScoringRun:
@@ -94,6 +109,9 @@ class ScoringRun:
         except BaseException:
             await stack.aclose()
             raise
+        if self._shared is not None:
+            self._keeper, self._to_write = anyio.CancelScope(), anyio.Event()
+            self._tg.start_soon(self._keep, self._shared, self._keeper)
         return self
 
     async def __aexit__(
@@ -102,12 +120,26 @@ class ScoringRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        if exc is None:
+            try:
+                while self._window:  # every step submitted settles
+                    self._emptied = anyio.Event()
+                    await self._emptied.wait()
+            except BaseException as caught:  # cancelled: a task of the run failed
+                exc_type, exc, tb = type(caught), caught, caught.__traceback__
+        if self._keeper is not None:
+            self._keeper.cancel()
         try:
             suppressed = await self._stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
+            self._close_shared(failing=True)
             raise _one_error(group) from None
-        if exc_type is None:
-            self._flush()
+        except BaseException:
+            self._close_shared(failing=True)
+            raise
+        self._close_shared(failing=exc is not None and not suppressed)
+        if exc is None:
+            self._hand_out()
         return suppressed
 
     async def submit(self, episode: Episode) -> None:
@@ -126,12 +158,12 @@ class ScoringRun:
                 else:
                     job.settle_asked(i, *same.outcome, shared=True)
                 continue
-            if self.cache is not None:
+            if self._shared is not None:
                 self._asking[key] = _Asking(job)
             token = object()
             await self._limiter.acquire_on_behalf_of(token)
             self._tg.start_soon(self._judge_task, job, i, token)
-        self._flush()
+        self._hand_out()
 
     async def _judge_task(self, job: EpisodeJob, i: int, token: object) -> None:
         try:
@@ -145,24 +177,62 @@ class ScoringRun:
         fallback = None
         if asked.error is not None and config.fallback is not None:
             fallback = await _ask(config.fallback, self._fallback_call, job, i, 1)
+        self._settle(job, i, asked, fallback)
+
+    def _settle(self, job: EpisodeJob, i: int, asked: Asked, fallback: Asked | None) -> None:
+        """Settle step ``i`` of ``job`` and of every episode waiting for the same answer;
+        store a judgment of the primary judge (never a fallback's, never a failure)."""
+        key = job.keys[i]
         job.settle_asked(i, asked, fallback)
-        if (same := self._asking.get(job.keys[i])) is not None and same.owner is job:
+        if (same := self._asking.get(key)) is not None and same.owner is job:
             same.outcome = (asked, fallback)
             for other, j in same.waiting:
                 other.settle_asked(j, asked, fallback, shared=True)
             same.waiting.clear()
-        self._flush()
+            if asked.judgment is None:  # never stored
+                del self._asking[key]
+        if self._shared is not None and asked.judgment is not None:
+            self._shared.judged(key, asked.judgment)
+            if self._to_write is not None:
+                self._to_write.set()
+        self._hand_out()
 
-    def _flush(self) -> None:
+    async def _keep(self, shared: SharedSteps, scope: anyio.CancelScope) -> None:
+        """The keeper: a write as soon as a judgment waits for one (with those of the
+        next ``WRITE_GAP``)."""
+        with scope:
+            while True:
+                assert self._to_write is not None
+                await self._to_write.wait()
+                self._to_write = anyio.Event()
+                self._apply(shared.tick())
+                await anyio.sleep(WRITE_GAP)
+
+    def _apply(self, tick: Tick) -> None:
+        for key in tick.written:  # stored: later episodes find it in the cache
+            if (same := self._asking.get(key)) is not None and same.outcome is not None:
+                del self._asking[key]
+
+    def _close_shared(self, *, failing: bool) -> None:
+        """Store the last judgments; when the run is already failing, a cache error here
+        does not hide the first error."""
+        if self._shared is None:
+            return
+        try:
+            self._shared.close()
+        except CacheError:
+            if not failing:
+                raise
+
+    def _hand_out(self) -> None:
         """Finish the jobs at the head of the window that are done, in order."""
         while self._window and self._window[0].done:
             job = self._window.popleft()
-            verdict = job.finish(self.cache, self.stats)
-            for key in job.keys:  # cached now (when judged): later episodes look it up there
-                if (same := self._asking.get(key)) is not None and same.owner is job:
-                    del self._asking[key]
+            verdict = job.finish(None, self.stats)  # its judgments are stored as they come
             if self._on_verdict is not None:
                 self._on_verdict(verdict, job)
+        if not self._window and self._emptied is not None:
+            self._emptied.set()
 
 
 class _Asking:

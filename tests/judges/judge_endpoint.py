@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -148,6 +149,12 @@ class _Server(ThreadingHTTPServer):
     # The default backlog (5) drops the SYNs of a client opening 32 connections at once;
     # each dropped one costs a second of retransmission.
     request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a killed scorer) is no error of the endpoint's."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler(endpoint: Endpoint) -> type[BaseHTTPRequestHandler]:

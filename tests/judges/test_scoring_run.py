@@ -1,12 +1,15 @@
 """A concurrent scoring run inside an event loop, on asyncio and on trio: verdicts in the
 episodes' order, the concurrency bound, Retry-After honoured by the backend's sleep, a
-step shared by several episodes asked once, and a cache failure as one error."""
+step shared by several episodes asked once, steps stored as they are judged, and a cache
+failure as one error."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+import anyio
 import pytest
 from factories import episode, msg
 from judge_endpoint import Reply, Request, running, verdict
@@ -83,6 +86,44 @@ async def test_a_step_several_episodes_share_is_asked_once() -> None:
     first = out[0]
     assert first is not None
     assert all(v is not None and v.steps == first.steps for v in out)
+
+
+async def test_judged_steps_are_stored_while_the_first_episode_still_waits(
+    tmp_path: Path,
+) -> None:
+    """Head of line: the first step's answer is held; every other step is in the cache
+    within about 0.1 s of its answer, and verdicts still come out in order."""
+    hold = threading.Event()
+
+    def answer(request: Request) -> Reply:
+        if "task 0" in request.step_text:
+            hold.wait(30)
+        return verdict(True)
+
+    eps = [
+        episode(
+            [msg(0, "user", f"task {i}"), msg(1, "assistant", f"ok {i}")], eid=f"e{i}", case=f"c{i}"
+        )
+        for i in range(8)
+    ]
+    out: list[Verdict | None] = []
+    with running(answer) as endpoint, VerdictCache(tmp_path / "c.sqlite") as cache:
+        async with ScoringRun(
+            config(endpoint.url, max_concurrency=4),
+            cache,
+            ScoreStats(),
+            on_verdict=lambda v, j: out.append(v),
+        ) as run:
+            for ep in eps:
+                await run.submit(ep)
+            with anyio.fail_after(20):
+                # ASYNC110: the condition is the cache file's rows; no event for it.
+                while len(cache) < 15:  # noqa: ASYNC110 - all but the held one
+                    await anyio.sleep(0.02)
+            assert out == []  # the output waits for order; the cache does not
+            hold.set()
+    assert [v.case_id if v else None for v in out] == [f"c{i}" for i in range(8)]
+    assert len(endpoint.requests) == 16
 
 
 async def test_a_cache_that_fails_in_a_run_is_that_one_error(tmp_path: Path) -> None:
