@@ -16,17 +16,22 @@ same context, under the same judge) is not asked again: it waits for that answer
 counts as served from the cache - exactly what scoring the episodes in turn would give.
 (Without a cache every covered step is asked, as in turn.)
 
-With a cache, each judgment of the primary judge is buffered as it arrives
-(:class:`~litmus_sandbox._runtime.shared_steps.SharedSteps`); a keeper task wakes up
-then, and stores it with the others that arrive within ``WRITE_GAP`` (0.02 s) in one
-transaction. A kill loses at most the steps in flight and those answered in the last few
-tens of milliseconds.
+With a cache, the run shares it through :class:`~litmus_sandbox._runtime.shared_steps.
+SharedSteps`: a step is *claimed* once its token is held, so scorers in other processes
+sharing the cache do not ask about it at once; a step another scorer holds releases its
+token and waits (watched) for that scorer's verdict, or for its claim to be released or
+to expire. Each judgment of the primary judge is buffered as it arrives; a keeper task
+wakes up then, and stores it with the others that arrive within ``WRITE_GAP`` (0.02 s)
+in one transaction; at least every ``TICK_EVERY`` (0.1 s) it also refreshes the claims
+in flight and looks again at the watched steps. A kill loses at most the steps in flight
+and those answered in the last few tens of milliseconds.
 
 Jobs wait in a window in submission order; whenever the job at its head is done it is
 finished (verdict built) and handed to ``on_verdict`` - so verdicts come out in the order
 the episodes went in, whatever order their steps were answered in: only the output waits
 for order, never the cache. Leaving the block waits for every step submitted, stores the
-last judgments (also when leaving on an error: what was judged is kept). A failure inside the run (the cache's, say) leaves it as that one error,
+last judgments and releases every claim left (also when leaving on an error: what was
+judged is kept). A failure inside the run (the cache's, say) leaves it as that one error,
 not as a group.
 """
 
@@ -40,11 +45,12 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
+from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import CacheError, LitmusError, leaf_errors
 from litmus_sandbox._model.records import Episode, Verdict
 from litmus_sandbox._runtime.scoring_job import Asked, EpisodeJob, ScoreStats, ask_inline
 from litmus_sandbox._runtime.scoring_job import with_attempts as _with_attempts
-from litmus_sandbox._runtime.shared_steps import WRITE_GAP, SharedSteps, Tick
+from litmus_sandbox._runtime.shared_steps import TICK_EVERY, WRITE_GAP, SharedSteps, Tick
 from litmus_sandbox._store.cache import CacheKey, VerdictCache
 from litmus_sandbox.judges import Judge, JudgeCall, ScoringConfig, is_session_judge
 from litmus_sandbox.judges._failure import failure_attempts
@@ -89,7 +95,7 @@ class ScoringRun:
         self.max_concurrency = min((j.max_concurrency for j in judges), default=1)
         self._limiter = anyio.CapacityLimiter(self.max_concurrency)
         self._tg: anyio.abc.TaskGroup | None = None
-        #: The cache's side of the run: judgments not yet stored (None: no cache).
+        #: The cache's side of the run: claims, judgments not yet stored (None: no cache).
         self._shared = SharedSteps(cache) if cache is not None else None
         self._keeper: anyio.CancelScope | None = None
         #: Set when a judgment waits to be written (wakes the keeper).
@@ -122,7 +128,7 @@ class ScoringRun:
     ) -> bool | None:
         if exc is None:
             try:
-                while self._window:  # every step submitted settles
+                while self._window:  # every step submitted settles, here or elsewhere
                     self._emptied = anyio.Event()
                     await self._emptied.wait()
             except BaseException as caught:  # cancelled: a task of the run failed
@@ -159,13 +165,27 @@ class ScoringRun:
                     job.settle_asked(i, *same.outcome, shared=True)
                 continue
             if self._shared is not None:
-                self._asking[key] = _Asking(job)
+                self._asking[key] = _Asking(job, i)
             token = object()
             await self._limiter.acquire_on_behalf_of(token)
+            if self._shared is not None:
+                try:
+                    claim = self._shared.claim(key)
+                except BaseException:
+                    self._limiter.release_on_behalf_of(token)
+                    raise
+                if not claim.held:  # judged or held elsewhere: no judge call from here
+                    self._limiter.release_on_behalf_of(token)
+                    if claim.judgment is not None:
+                        self._judged_elsewhere(key, claim.judgment)
+                    continue
             self._tg.start_soon(self._judge_task, job, i, token)
         self._hand_out()
 
-    async def _judge_task(self, job: EpisodeJob, i: int, token: object) -> None:
+    async def _judge_task(self, job: EpisodeJob, i: int, token: object | None) -> None:
+        if token is None:  # a step taken over from another scorer: wait for a token now
+            token = object()
+            await self._limiter.acquire_on_behalf_of(token)
         try:
             await self._judge(job, i)
         finally:
@@ -179,31 +199,44 @@ class ScoringRun:
             fallback = await _ask(config.fallback, self._fallback_call, job, i, 1)
         self._settle(job, i, asked, fallback)
 
-    def _settle(self, job: EpisodeJob, i: int, asked: Asked, fallback: Asked | None) -> None:
+    def _settle(
+        self, job: EpisodeJob, i: int, asked: Asked, fallback: Asked | None, *, shared: bool = False
+    ) -> None:
         """Settle step ``i`` of ``job`` and of every episode waiting for the same answer;
         store a judgment of the primary judge (never a fallback's, never a failure)."""
         key = job.keys[i]
-        job.settle_asked(i, asked, fallback)
+        job.settle_asked(i, asked, fallback, shared=shared)
         if (same := self._asking.get(key)) is not None and same.owner is job:
             same.outcome = (asked, fallback)
             for other, j in same.waiting:
                 other.settle_asked(j, asked, fallback, shared=True)
             same.waiting.clear()
-            if asked.judgment is None:  # never stored
+            if shared or asked.judgment is None:  # stored already, or never
                 del self._asking[key]
-        if self._shared is not None and asked.judgment is not None:
-            self._shared.judged(key, asked.judgment)
+        if self._shared is not None and not shared:
+            if asked.judgment is not None:
+                self._shared.judged(key, asked.judgment)
+            else:
+                self._shared.failed(key)
             if self._to_write is not None:
                 self._to_write.set()
         self._hand_out()
 
+    def _judged_elsewhere(self, key: CacheKey, judgment: StepJudgment) -> None:
+        """Another scorer stored ``key``'s verdict: served as from the cache."""
+        if (same := self._asking.get(key)) is not None:
+            self._settle(
+                same.owner, same.index, Asked(judgment, judgment.attempts), None, shared=True
+            )
+
     async def _keep(self, shared: SharedSteps, scope: anyio.CancelScope) -> None:
-        """The keeper: a write as soon as a judgment waits for one (with those of the
-        next ``WRITE_GAP``)."""
+        """The keeper: a tick as soon as a judgment waits to be written (with those of
+        the next ``WRITE_GAP``), and at least every ``TICK_EVERY`` for the claims."""
         with scope:
             while True:
-                assert self._to_write is not None
-                await self._to_write.wait()
+                with anyio.move_on_after(TICK_EVERY):
+                    assert self._to_write is not None
+                    await self._to_write.wait()
                 self._to_write = anyio.Event()
                 self._apply(shared.tick())
                 await anyio.sleep(WRITE_GAP)
@@ -212,10 +245,16 @@ class ScoringRun:
         for key in tick.written:  # stored: later episodes find it in the cache
             if (same := self._asking.get(key)) is not None and same.outcome is not None:
                 del self._asking[key]
+        for key, judgment in tick.judged_elsewhere:
+            self._judged_elsewhere(key, judgment)
+        assert self._tg is not None
+        for key in tick.taken:  # its holder released it, died or let it expire
+            if (same := self._asking.get(key)) is not None:
+                self._tg.start_soon(self._judge_task, same.owner, same.index, None)
 
     def _close_shared(self, *, failing: bool) -> None:
-        """Store the last judgments; when the run is already failing, a cache error here
-        does not hide the first error."""
+        """Store the last judgments and release every claim left; when the run is already
+        failing, a cache error here does not hide the first error."""
         if self._shared is None:
             return
         try:
@@ -236,11 +275,12 @@ class ScoringRun:
 
 
 class _Asking:
-    """A step being asked about for ``owner``, and the other episodes' steps waiting for
-    the same answer."""
+    """A step being asked about for ``owner`` (its step ``index``), and the other
+    episodes' steps waiting for the same answer."""
 
-    def __init__(self, owner: EpisodeJob) -> None:
+    def __init__(self, owner: EpisodeJob, index: int) -> None:
         self.owner = owner
+        self.index = index
         self.waiting: list[tuple[EpisodeJob, int]] = []
         self.outcome: tuple[Asked, Asked | None] | None = None
 

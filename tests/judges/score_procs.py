@@ -144,6 +144,15 @@ def stored(cache: Path) -> set[tuple[str, str, str]]:
     return {(str(j), str(s), str(c)) for j, s, c in rows}
 
 
+def claims(cache: Path) -> list[tuple[str, float]]:
+    """Every claim in the cache file: holder and expiry (wall clock)."""
+    db = sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30)
+    try:
+        return [(str(o), float(e)) for o, e in db.execute("SELECT owner, expires FROM step_claims")]
+    finally:
+        db.close()
+
+
 def connections_done() -> bool:
     """Whether the endpoint (in this process) has no connection left: a killed scorer's
     requests already on the wire are all read and answered (into a closed socket)."""

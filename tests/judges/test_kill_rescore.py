@@ -28,6 +28,9 @@ from score_procs import (
 
 from litmus_sandbox import read_verdicts
 
+#: A long claim lifetime: a re-run must overtake a killed scorer's claims at once (its
+#: process is gone), not wait for them to expire.
+LONG_TTL = {"LITMUS_CACHE_CLAIM_TTL": "600"}
 #: The longest a judged step may wait for the cache: the 0.02 s between two writes, and
 #: room for a loaded machine.
 WINDOW = 0.4
@@ -36,7 +39,7 @@ WINDOW = 0.4
 def run_to_end(episodes: Path, policy: Path, cache: Path, out: Path) -> None:
     done = subprocess.run(
         score_cmd(episodes, policy, cache, out),
-        env=env(),
+        env=env(**LONG_TTL),
         capture_output=True,
         text=True,
         timeout=120,
@@ -55,7 +58,7 @@ def test_a_kill_behind_a_held_answer_resends_only_the_held_step(tmp_path: Path) 
     with running(judge) as endpoint:
         policy = write_policy(tmp_path, endpoint.url)
         keys = step_keys(episodes, policy)
-        proc = start(episodes, policy, cache, tmp_path / "first.jsonl")
+        proc = start(episodes, policy, cache, tmp_path / "first.jsonl", **LONG_TTL)
         try:
             wait_for(lambda: len(stored(cache)) == n - 1, what="every step but the held one")
             assert endpoint.in_flight == 1
@@ -91,7 +94,7 @@ def test_random_kills_resend_at_most_the_steps_in_flight(tmp_path: Path) -> None
         for _ in range(4):
             asked, answered, kept = len(endpoint.requests), len(judge.answered), stored(cache)
             until = asked + rng.randint(1, (n - len(kept)) * 2 // 3)
-            proc = start(episodes, policy, cache, tmp_path / "killed.jsonl")
+            proc = start(episodes, policy, cache, tmp_path / "killed.jsonl", **LONG_TTL)
             try:
                 wait_for(lambda: len(endpoint.requests) >= until, what="requests")  # noqa: B023
                 time.sleep(rng.uniform(0, 0.1))  # the instant: anywhere between two writes

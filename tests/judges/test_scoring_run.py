@@ -1,7 +1,7 @@
 """A concurrent scoring run inside an event loop, on asyncio and on trio: verdicts in the
 episodes' order, the concurrency bound, Retry-After honoured by the backend's sleep, a
-step shared by several episodes asked once, steps stored as they are judged, and a cache
-failure as one error."""
+step shared by several episodes asked once, steps stored as they are judged, two runs
+sharing a cache file, and a cache failure as one error."""
 
 from __future__ import annotations
 
@@ -86,6 +86,35 @@ async def test_a_step_several_episodes_share_is_asked_once() -> None:
     first = out[0]
     assert first is not None
     assert all(v is not None and v.steps == first.steps for v in out)
+
+
+async def test_two_runs_sharing_a_cache_file_ask_each_step_once(tmp_path: Path) -> None:
+    """Two scorers (two cache objects, as two processes would have) over the same
+    episodes: each step is claimed by one and waited for by the other."""
+    eps = [
+        episode([msg(0, "user", f"task {i}"), msg(1, "assistant", f"answer {i}")], eid=f"e{i}")
+        for i in range(12)
+    ]
+    outs: list[list[Verdict | None]] = [[], []]
+    with running(delay=0.03) as endpoint:
+        cfg = config(endpoint.url, max_concurrency=4)
+
+        async def scorer(n: int) -> None:
+            with VerdictCache(tmp_path / "c.sqlite") as cache:
+                async with ScoringRun(
+                    cfg, cache, ScoreStats(), on_verdict=lambda v, j: outs[n].append(v)
+                ) as run:
+                    for ep in eps:
+                        await run.submit(ep)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(scorer, 0)
+            tg.start_soon(scorer, 1)
+    assert len(endpoint.requests) == 24
+    assert outs[0] == outs[1]
+    assert all(v is not None for v in outs[0])
+    with VerdictCache(tmp_path / "c.sqlite") as cache:
+        assert (len(cache), cache.claims()) == (24, [])
 
 
 async def test_judged_steps_are_stored_while_the_first_episode_still_waits(

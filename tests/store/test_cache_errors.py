@@ -30,6 +30,9 @@ def test_a_failing_database_is_a_cache_error_naming_the_file(tmp_path: Path) -> 
     for what in (
         lambda: cache.get(K1),
         lambda: cache.put_many([(K1, SAFE)]),
+        lambda: cache.claim([K1]),
+        lambda: cache.refresh([K1]),
+        lambda: cache.release([K1]),
         lambda: len(cache),
     ):
         with pytest.raises(CacheError, match=f"^{path}: verdict cache: .* failed: ") as info:
