@@ -44,6 +44,7 @@ from litmus_sandbox._core.redaction import Redaction, redact_step
 from litmus_sandbox._model.codec import canonical_json
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.jsonpath import (
+    TOO_DEEP,
     Segment,
     as_json,
     differing_paths,
@@ -227,6 +228,7 @@ class ReplaySession:
             if opts is None:
                 continue
             if self._redaction is not None:
+                _redacted(step.args, self._redaction)  # too deep: refused, as unredacted
                 step = redact_step(step, self._redaction)
             entry = _Entry(step, opts, self._ignore[step.tool])
             self._entries.append(entry)
@@ -262,7 +264,7 @@ class ReplaySession:
         call = self.calls
         self.calls += 1
         if self._redaction is not None:
-            args, _ = self._redaction.args(args)
+            args = _redacted(args, self._redaction)
         norm = normalize_args(args, self._ignore[tool])
         key = _name(tool) + b"\x00" + canonical_json(norm)
         expected: _Entry | None = None
@@ -362,3 +364,17 @@ class ReplaySession:
     def size(self) -> int:
         """How many recorded calls this session can serve."""
         return len(self._entries)
+
+
+def _redacted(args: Any, redaction: Redaction) -> Any:
+    """``args`` redacted for matching.
+
+    Raises:
+        ConfigError: ``args`` too deep to look through (redaction would keep nothing of
+            them, and two such calls would compare equal): as :func:`normalize_args`.
+    """
+    out, found = redaction.args(args)
+    if any(f["shape"] == "too_deep" for f in found):
+        normalize_args(args)  # raises the same error as a comparison without redaction
+        raise ConfigError(TOO_DEEP)
+    return out

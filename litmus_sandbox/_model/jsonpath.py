@@ -159,7 +159,7 @@ def as_json(args: Any) -> Any:
     return msgspec.to_builtins(args, enc_hook=repr)
 
 
-_TOO_DEEP = "JSON nested too deeply to compare (hundreds of levels)"
+TOO_DEEP = "JSON nested too deeply to compare (hundreds of levels)"
 
 
 def normalize_args(args: Any, ignore: Iterable[tuple[Segment, ...]] = ()) -> Any:
@@ -175,7 +175,7 @@ def normalize_args(args: Any, ignore: Iterable[tuple[Segment, ...]] = ()) -> Any
             if value is _REMOVED:
                 return None
     except RecursionError:
-        raise ConfigError(_TOO_DEEP) from None
+        raise ConfigError(TOO_DEEP) from None
     return value
 
 
@@ -199,7 +199,7 @@ def differing_paths(a: Any, b: Any, limit: int = 20) -> list[str]:
     try:
         _diff(a, b, [], out, limit)
     except RecursionError:
-        raise ConfigError(_TOO_DEEP) from None
+        raise ConfigError(TOO_DEEP) from None
     return out
 
 
