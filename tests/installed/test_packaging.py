@@ -77,10 +77,20 @@ def _requirement_names(requirements: list[str]) -> set[str]:
 
 
 def _imports(path: Path) -> set[str]:
-    """The top-level names of the absolute imports in ``path``, wherever they stand."""
+    """The top-level names of the absolute imports in ``path`` that run, wherever they
+    stand (those under ``if TYPE_CHECKING:`` are for the type checker only)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for node in ast.walk(stmt)
+    }
     names: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name.partition(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
