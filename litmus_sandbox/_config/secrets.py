@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from litmus_sandbox._core.redaction_shapes import KEY_PREFIX
 from litmus_sandbox._model.errors import ConfigError
 
 REDACTED = "<redacted>"
@@ -78,18 +79,9 @@ _BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{4,}={0,2})")
 # is linear in the text: a 300 KB stub result is checked in milliseconds, not minutes.
 _USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@:]*:[^/?#\s@]+@")
 _QUERY_PARAM = re.compile(r"[?&]([^=&#\s?]+)=([^&#\s]+)")
-_PREFIXES = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:"
-    r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI, Anthropic (sk-ant-...)
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access keys
-    r"|xox[abprs]-[A-Za-z0-9-]{10,}"  # Slack
-    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
-    r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
-    r"|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe
-    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
-    r")"
-)
+#: Known API-key prefixes (OpenAI, GitHub, AWS, Slack, GitLab, Google, Stripe, Hugging
+#: Face): the record-time redaction's own pattern.
+_PREFIXES = KEY_PREFIX
 
 
 #: The prefixes :data:`_PREFIXES` knows, longest first (only these are ever quoted).

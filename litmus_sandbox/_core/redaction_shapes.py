@@ -76,7 +76,7 @@ _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_-])bearer[ \t]+([A-Za-z0-9._~+/=-]+)")
 _BASIC = re.compile(r"(?i)(?<![A-Za-z0-9_-])basic[ \t]+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
 # The password runs to the last "@" of the authority (a password may hold "@" or ":").
 _USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@:]*:([^/?#\s]*)@")
-_KEY_PREFIX = re.compile(
+KEY_PREFIX = re.compile(
     r"(?<![A-Za-z0-9_-])(?:"
     r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI, Anthropic (sk-ant-...)
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
@@ -151,7 +151,7 @@ def _userinfo(text: str) -> Iterator[Span]:
 
 
 def _key_prefix(text: str) -> Iterator[Span]:
-    for m in _KEY_PREFIX.finditer(text):
+    for m in KEY_PREFIX.finditer(text):
         yield m.start(), m.end(), "key_prefix"
 
 
