@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from test_mcp_clients_helpers import (
     read_episodes,
     run_session,
 )
-from test_mcp_helpers import PROXY, git_server, node_server, one_episode
+from test_mcp_helpers import PROXY, free_port, git_server, node_server, one_episode
 
 from litmus_sandbox.oracles.fs._probe import is_tripwire_effect
 
@@ -236,13 +235,6 @@ async def test_ts_sdk_v2_speaks_the_2026_revision_through_the_proxy(tmp_path: Pa
     assert steps[4]["result"]["isError"]
     assert steps[5]["error"]["code"] == -32602
     check_recording(proxied, GIT_PLAN, GIT_OUTCOMES)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def http_sessions(

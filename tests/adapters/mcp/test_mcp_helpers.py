@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,33 @@ from litmus_sandbox import Episode, ToolCallStep, read_episodes
 SCRIPTED = [sys.executable, str(PROGRAMS / "mcp_scripted_server.py")]
 NODE_MODULES = TESTS / "mcp_servers" / "node_modules" / "@modelcontextprotocol"
 PROXY = [sys.executable, "-m", "litmus_sandbox._cli.main", "proxy", "mcp"]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def everything_over_http() -> AsyncIterator[str]:
+    """server-everything over streamable HTTP on a free loopback port; yields its URL."""
+    port = free_port()
+    command = [*node_server("everything"), "streamableHttp"]
+    async with await anyio.open_process(
+        command, env={**os.environ, "PORT": str(port)}, stdout=None
+    ) as process:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(20):
+            while b"listening on port" not in seen:  # its own readiness line
+                seen += await process.stderr.receive()
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
 
 
 def node_server(name: str) -> list[str]:

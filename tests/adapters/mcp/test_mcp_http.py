@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +10,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
-from test_mcp_helpers import calls, episodes, node_server, one_episode
+from test_mcp_helpers import calls, episodes, everything_over_http, free_port, one_episode
 
 from litmus_sandbox import Policy
 
@@ -24,30 +22,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 async def everything() -> AsyncIterator[str]:
-    """server-everything over streamable HTTP on a free loopback port; yields its URL."""
-    port = free_port()
-    command = [*node_server("everything"), "streamableHttp"]
-    async with await anyio.open_process(
-        command, env={**os.environ, "PORT": str(port)}, stdout=None
-    ) as process:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(20):
-            while b"listening on port" not in seen:  # its own readiness line
-                seen += await process.stderr.receive()
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            process.terminate()
+    """server-everything over streamable HTTP (``everything_over_http``); yields its URL."""
+    async with everything_over_http() as url:
+        yield url
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ served from the redacted recording), and the streamable-HTTP proxy.
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from test_mcp_helpers import PROXY, calls, node_server, one_episode
+from test_mcp_helpers import PROXY, calls, everything_over_http, node_server, one_episode
 
 from litmus_sandbox._cli.main import main
 
@@ -89,30 +87,11 @@ async def test_the_stdio_proxy_and_its_replay_record_no_secret(tmp_path: Path) -
     no_canary(tmp_path)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 async def everything() -> AsyncIterator[str]:
-    """server-everything over streamable HTTP on a free loopback port; yields its URL."""
-    port = free_port()
-    command = [*node_server("everything"), "streamableHttp"]
-    async with await anyio.open_process(
-        command, env={**os.environ, "PORT": str(port)}, stdout=None
-    ) as process:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(20):
-            while b"listening on port" not in seen:  # its own readiness line
-                seen += await process.stderr.receive()
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            process.terminate()
+    """server-everything over streamable HTTP (``everything_over_http``); yields its URL."""
+    async with everything_over_http() as url:
+        yield url
 
 
 async def test_the_http_proxy_records_no_secret(tmp_path: Path, everything: str) -> None:
