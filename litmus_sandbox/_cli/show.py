@@ -114,13 +114,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"({len(verdicts)} verdicts of other episodes): no step is marked judged",
             file=sys.stderr,
         )
-    for w in warnings:
-        print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
-    picked = args.case is not None or args.episode is not None
-    # --allow-empty-input: no episode at all is nothing to show, not a mistake.
-    if not shown and (seen_cases or picked or not args.allow_empty_input):
-        raise LitmusError(_nothing(args, seen_cases))
-    return 0
+    return _finish(args, warnings, shown, seen_cases)
 
 
 def show_redactions(args: argparse.Namespace) -> int:
@@ -134,11 +128,19 @@ def show_redactions(args: argparse.Namespace) -> int:
     for ep in _selected(args.episodes, warnings, args.case, args.episode, seen_cases):
         sys.stdout.write("".join(f"{line}\n" for line in redaction_lines(ep)))
         shown += 1
+    return _finish(args, warnings, shown, seen_cases)
+
+
+def _finish(
+    args: argparse.Namespace, warnings: Sequence[ReadWarning], shown: int, cases: list[str]
+) -> int:
+    """The readers' warnings, then exit 0 — or the one error line when nothing was shown
+    (``--allow-empty-input``: no episode at all is nothing to show, not a mistake)."""
     for w in warnings:
         print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
     picked = args.case is not None or args.episode is not None
-    if not shown and (seen_cases or picked or not args.allow_empty_input):
-        raise LitmusError(_nothing(args, seen_cases))
+    if not shown and (cases or picked or not args.allow_empty_input):
+        raise LitmusError(_nothing(args, cases))
     return 0
 
 
