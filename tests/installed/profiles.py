@@ -151,7 +151,9 @@ def ensure(profile: str) -> Path:
         bin_dir = venv_bin(profile)
         home = bin_dir.parent
         stamp = home / ".litmus-wheel"
-        if stamp.exists() and stamp.read_text() == built.name + source_digest():
+        # The wheel's folder is named by the source digest: the stamp names that wheel.
+        wanted = f"{built.parent.name}/{built.name}"
+        if stamp.exists() and stamp.read_text() == wanted:
             return bin_dir
         if not stamp.exists():
             for old in home.parent.glob(f"{profile}-*"):
@@ -170,7 +172,7 @@ def ensure(profile: str) -> Path:
                 "--force-reinstall",
                 built,
             )
-        stamp.write_text(built.name + source_digest())
+        stamp.write_text(wanted)
         return bin_dir
 
 
