@@ -13,8 +13,12 @@ The turn is read by the importer's own code (``_shapes.py``), so a live episode 
 imported transcript of the same conversation have the same steps. The assistant's words
 are a message step (``refusal = true`` for an API refusal, or a chat choice cut by the
 content filter); each call then runs through ``ep.call_with`` under the sandbox policy,
-in the order the model listed them, and its step keeps the model's call id in
-``meta.openai.call_id``. A call that cannot run - arguments that are not a JSON object,
+in the order the model listed them. Its step's ``call_id`` is the model's id, as the import
+gives (``meta.openai.call_id`` too, and ``meta.openai.tool_call_id`` for a chat call), unless
+the episode already has a step with that id (a model that reuses ids, or gives none): then
+the step keeps the sandbox's own id, ``<episode_id>:<n>`` for the episode's n-th call, which
+is also what the probes' windows and an unattributed effect's ``during`` name. A call that
+cannot run - arguments that are not a JSON object,
 a tool the sandbox does not have - is answered with an error by the helper (the step is
 ``denied``, with ``meta.openai`` saying why), so the model can correct itself and the
 loop goes on. Plain dicts and ``openai`` objects are accepted alike; the package is never
@@ -23,6 +27,7 @@ imported.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,9 +58,23 @@ def _has_tool(ep: Recording, tool: str) -> bool:
     return sandbox.policy.for_tool(tool).mode not in _RUNS_THE_TOOL
 
 
-async def _run(ep: Recording, call: Called) -> ToolResult:
-    """Run ``call`` under the sandbox policy; its step names the model's call id."""
+#: Per open episode, the call ids its steps already have (a step's id is unique in it).
+_USED_IDS: weakref.WeakKeyDictionary[Recording, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _step_id(ep: Recording, model_id: str, own_id: str) -> str:
+    """The id ``ep``'s next call step is recorded under: the model's, unless taken."""
+    used = _USED_IDS.setdefault(ep, set())
+    chosen = model_id if model_id and model_id not in used else own_id
+    used.add(chosen)
+    return chosen
+
+
+async def _run(ep: Recording, call: Called, api: str) -> ToolResult:
+    """Run ``call`` under the sandbox policy; its step is named by the model's call id."""
     facts: dict[str, Any] = {"call_id": call.call_id, **call.meta.get("openai", {})}
+    if api == "chat":
+        facts["tool_call_id"] = call.call_id
     refusal: str | None = None
     if facts.get("arguments_invalid"):
         refusal = "the arguments are not a JSON object; call the tool again with valid arguments"
@@ -68,27 +87,31 @@ async def _run(ep: Recording, call: Called) -> ToolResult:
         return Shown(content=({"type": "text", "text": refusal or ""},), is_error=True)
 
     def finalize(step: ToolCallStep) -> ToolCallStep:
+        named = _step_id(ep, call.call_id, step.call_id)
         meta = {**step.meta, "openai": {**step.meta.get("openai", {}), **facts}}
+        step = msgspec.structs.replace(step, call_id=named, meta=meta)
         if refusal is not None and step.fidelity in ("real", "swallowed"):
             # Nothing ran (the helper answered for the tool): told so, and recorded so.
             told = Shown(content=({"type": "text", "text": refusal},), is_error=True)
             return msgspec.structs.replace(
-                step, fidelity="denied", shown=told, actual=Actual(outcome="not_run"), meta=meta
+                step, fidelity="denied", shown=told, actual=Actual(outcome="not_run")
             )
-        return msgspec.structs.replace(step, meta=meta)
+        return step
 
     runner = answer if refusal is not None else None
     return await ep.call_with(runner, call.tool, call.args, finalize=finalize)
 
 
-async def _run_turns(ep: Recording, turns: list[Turn], refusal: bool) -> list[tuple[str, str]]:
+async def _run_turns(
+    ep: Recording, turns: list[Turn], refusal: bool, api: str
+) -> list[tuple[str, str]]:
     """Record the said turns and run the calls; (call id, text shown) per call, in order."""
     out: list[tuple[str, str]] = []
     for turn in turns:
         if isinstance(turn, Said):
             _record_said(ep, turn, refusal)
         elif isinstance(turn, Called):
-            result = await _run(ep, turn)
+            result = await _run(ep, turn, api)
             out.append((turn.call_id, result.text))
     return out
 
@@ -125,7 +148,7 @@ async def run_chat_tool_calls(ep: Recording, choice_or_message: Any) -> list[dic
         raise ConfigError(f"not a chat message: {exc}") from None
     if plain(message).get("role") != "assistant":
         raise ConfigError("run_chat_tool_calls records an assistant message")
-    done = await _run_turns(ep, turns, refusal)
+    done = await _run_turns(ep, turns, refusal, "chat")
     return [{"role": "tool", "tool_call_id": cid, "content": text} for cid, text in done]
 
 
@@ -159,7 +182,7 @@ async def run_response_function_calls(ep: Recording, output_items: Any) -> list[
         for t in turns
         if isinstance(t, Called) and "tool_type" in t.meta.get("openai", {})
     }
-    done = await _run_turns(ep, turns, False)
+    done = await _run_turns(ep, turns, False, "responses")
     return [
         {
             "type": "custom_tool_call_output" if cid in custom else "function_call_output",

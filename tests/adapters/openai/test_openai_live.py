@@ -4,6 +4,8 @@ fed the ``openai`` package's own objects and plain dicts."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,8 @@ async def test_chat_turn_runs_calls_under_the_policy(tmp_path: Path) -> None:
         ("delete_file", "denied"),
     ]
     assert [s["meta"]["openai"]["call_id"] for s in steps] == ["call_a", "call_b", "d"]
+    assert [s["call_id"] for s in steps] == ["call_a", "call_b", "d"]
+    assert [s["meta"]["openai"]["tool_call_id"] for s in steps] == ["call_a", "call_b", "d"]
     assert steps[0]["args"] == {"path": "/srv"}
     assert end["status"] == "complete"
 
@@ -124,8 +128,10 @@ async def test_calls_that_cannot_run_are_answered_and_recorded_denied(tmp_path: 
         "call_id": "bad",
         "arguments_raw": "{path",
         "arguments_invalid": True,
+        "tool_call_id": "bad",
     }
-    assert who["meta"]["openai"] == {"call_id": "who", "unknown_tool": True}
+    assert who["meta"]["openai"] == {"call_id": "who", "tool_call_id": "who", "unknown_tool": True}
+    assert (bad["call_id"], who["call_id"]) == ("bad", "who")
 
 
 async def test_responses_output_runs_function_calls(tmp_path: Path) -> None:
@@ -188,3 +194,120 @@ async def test_a_live_loop_records_what_the_import_of_its_transcript_gives(tmp_p
 
     live = comparable(records(tmp_path))
     assert live == comparable(imported)
+
+
+class _ScriptedChat:
+    """A chat-completions endpoint on loopback whose answers are scripted assistant
+    messages, one per request, in order; it keeps each request's messages."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.script = list(script)
+        self.requests: list[list[dict[str, Any]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                outer.requests.append(json.loads(self.rfile.read(size))["messages"])
+                message = outer.script.pop(0)
+                body = json.dumps(
+                    {
+                        "id": f"chatcmpl-{len(outer.requests)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "scripted",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": message,
+                                "finish_reason": "tool_calls"
+                                if "tool_calls" in message
+                                else "stop",
+                            }
+                        ],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> _ScriptedChat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+async def test_a_live_loop_keeps_the_models_call_ids_as_the_import_does(tmp_path: Path) -> None:
+    """A real ``openai`` client loop against a loopback endpoint: each call step is named by
+    the model's ``tool_call`` id, the one the import of the same transcript gives, and the
+    tool messages sent back answer those ids."""
+    from openai import AsyncOpenAI
+
+    turns = [m for m in CHAT if m["role"] == "assistant"]
+    client_messages: list[Any] = [
+        {"role": "system", "content": "You manage files."},
+        {"role": "user", "content": "Tidy up, then delete the logs."},
+    ]
+    policy = {"tools": {"delete_file": {"mode": "real"}}}
+    with _ScriptedChat(turns) as endpoint:
+        client = AsyncOpenAI(base_url=endpoint.url, api_key="unused", max_retries=0)
+        async with sandbox(tmp_path, policy=policy) as sb:
+            sb.tool(lambda path: "deleted", name="delete_file")
+            async with sb.episode("c") as ep:
+                for m in client_messages:
+                    ep.message(m["role"], m["content"])
+                for _ in turns:
+                    completion = await client.chat.completions.create(
+                        model="scripted", messages=client_messages
+                    )
+                    choice = completion.choices[0]
+                    client_messages.append(choice.message.model_dump(exclude_none=True))
+                    client_messages += await run_chat_tool_calls(ep, choice)
+        await client.close()
+    live = [r for r in records(tmp_path) if r.get("type") == "tool_call"]
+    assert [s["call_id"] for s in live] == ["call_a", "call_b", "call_c"]
+    assert [s["meta"]["openai"]["tool_call_id"] for s in live] == ["call_a", "call_b", "call_c"]
+    # What the model was sent back answers its own ids.
+    sent = [m["tool_call_id"] for m in endpoint.requests[-1] if m["role"] == "tool"]
+    assert sent == ["call_a", "call_b", "call_c"]
+    src = tmp_path / "t.jsonl"
+    src.write_text(json.dumps({"case_id": "c", "messages": CHAT}) + "\n")
+    assert main(["import", "openai-chat", str(src), "-o", str(tmp_path / "imp.jsonl")]) == 0
+    imported = [json.loads(x) for x in (tmp_path / "imp.jsonl").read_text().splitlines()]
+    assert [s["call_id"] for s in live] == [
+        s["call_id"] for s in imported if s.get("type") == "tool_call"
+    ]
+
+
+async def test_a_reused_model_call_id_keeps_the_sandbox_id(tmp_path: Path) -> None:
+    """A model that gives the same id twice (or none): step ids stay unique in the episode,
+    the model's id stays in ``meta.openai``, and the step keeps the sandbox's own id."""
+    turn = {"role": "assistant", "content": None, "tool_calls": [chat_call("x", "read_file", "{}")]}
+    async with sandbox(tmp_path) as sb, sb.episode("c1") as ep:
+        await run_chat_tool_calls(ep, turn)
+        await run_chat_tool_calls(ep, turn)
+        await run_response_function_calls(
+            ep, [{"type": "function_call", "call_id": "", "name": "read_file", "arguments": "{}"}]
+        )
+    first, second, third = (r for r in records(tmp_path) if r["kind"] == "step")
+    assert first["call_id"] == "x"
+    assert second["call_id"] == f"{first['episode_id']}:2"
+    assert second["meta"]["openai"]["tool_call_id"] == "x"
+    assert third["call_id"] == f"{first['episode_id']}:3"
+    assert "tool_call_id" not in third["meta"]["openai"]
