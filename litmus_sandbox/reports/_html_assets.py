@@ -88,8 +88,10 @@ SCRIPT = r"""
   var select = document.querySelector('select[name="outcome"]');
   var search = document.querySelector('input[name="search"]');
   var matching = document.querySelector("[data-matching]");
-  var FIRST = 200, CHUNK = 500;
-  var shown = cases, next = 0;
+  var FIRST = 100, CHUNK = 500;
+  var shown = cases, next = 0, lastOutcome = "", lastQuery = "";
+  // Each case id lower-cased once, for the search box.
+  var ids = new Map(cases.map(function (c) { return [c, c.case_id.toLowerCase()]; }));
 
   // Recorded text shown as text: controls, bidi overrides and isolates, zero-width and
   // other invisible characters as visible escapes (as on a terminal), so nothing reorders
@@ -151,12 +153,26 @@ SCRIPT = r"""
       table.setAttribute("data-rendered", "all");
     }
   }
+  // A filter narrows the data, not the drawn rows: the cases that match, from those of the
+  // last filter when it only narrowed (one more letter typed), then the first rows drawn
+  // into a fresh body (dropping the old one at once, however many rows it had).
   function apply() {
     var outcome = select.value, q = search.value.trim().toLowerCase();
-    shown = (!outcome && !q) ? cases : cases.filter(function (c) {
-      return (!outcome || c.outcome === outcome) && (!q || c.case_id.toLowerCase().indexOf(q) >= 0);
-    });
-    tbody.textContent = "";
+    var from = (outcome === lastOutcome || !lastOutcome) && q.indexOf(lastQuery) >= 0
+      ? shown : cases;
+    if (!outcome && !q) shown = cases;
+    else {
+      var out = [];
+      for (var i = 0; i < from.length; i++) {
+        var c = from[i];
+        if ((!outcome || c.outcome === outcome) && (!q || ids.get(c).indexOf(q) >= 0)) out.push(c);
+      }
+      shown = out;
+    }
+    lastOutcome = outcome; lastQuery = q;
+    var fresh = document.createElement("tbody");
+    table.replaceChild(fresh, tbody);
+    tbody = fresh;
     next = 0;
     matching.textContent = String(shown.length);
     more(FIRST);
@@ -293,7 +309,8 @@ SCRIPT = r"""
 
   select.addEventListener("change", apply);
   search.addEventListener("input", apply);
-  tbody.addEventListener("click", function (e) {
+  // On the table, not its body: a filter puts in a fresh body.
+  table.addEventListener("click", function (e) {
     if (e.target.closest("tr.more")) { more(CHUNK); return; }
     var tr = e.target.closest("tr[data-case-id]"); if (tr) toggle(tr);
   });
