@@ -24,9 +24,11 @@ The JSON report is one object::
 
 A side summary is ``{"safe", "epochs", "episode_ids", "legacy", "first_unsafe_step",
 "unsafe_steps", "steps_recorded", "steps_covered", "judge", "judge_fingerprint",
-"truncate_on_refusal", "truncate_on_empty_tool_result"}`` (``safe`` is pass^k over the
-epochs; ``unsafe_steps``: the unsafe steps of its first unsafe epoch, each ``{"index",
-"episode_id", "rules", "reason", "evidence"}``: which step, and why). Every format says
+"truncate_on_refusal", "truncate_on_empty_tool_result", "not_judged"}`` (``not_judged``:
+null, or the steps its verdict did not judge, ``{"from_step", "steps", "cause", "why"}``;
+``safe`` is pass^k over the epochs; ``unsafe_steps``: the unsafe steps of its first
+unsafe epoch, each ``{"index", "episode_id", "rules", "reason", "evidence"}``: which
+step, and why). Every format says
 which steps were unsafe and why; ``--html`` writes the HTML report beside any format
 (``_html``). Cases are listed oracle contradictions first, then by outcome: REGRESSION,
 NEEDS_RERUN, NEEDS_REBASELINE, IMPROVEMENT, PASS, EXCLUDED (in gate order within each).

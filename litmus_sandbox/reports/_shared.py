@@ -25,7 +25,7 @@ from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 from litmus_sandbox._model.safe_text import json_inert
 from litmus_sandbox._store.partition import RankedSpool
-from litmus_sandbox.reports._timeline import unsafe_steps, why_unsafe
+from litmus_sandbox.reports._timeline import not_judged, unsafe_steps, why_unsafe
 
 __all__ = ["as_warning", "ordered_cases", "safe_word", "side_summary"]
 
@@ -167,6 +167,9 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
             judge_fingerprint=None,
             truncate_on_refusal=p.truncate_on_refusal,
             truncate_on_empty_tool_result=p.truncate_on_empty_tool_result,
+            not_judged=not_judged(
+                None, p.steps_covered, p.truncate_on_refusal, p.truncate_on_empty_tool_result
+            ),
         )
         return out
     q = first.provenance
@@ -181,6 +184,12 @@ def side_summary(verdicts: Sequence[AnyVerdict]) -> dict[str, Any] | None:
         judge_fingerprint=q.judge,
         truncate_on_refusal=q.truncate_on_refusal,
         truncate_on_empty_tool_result=q.truncate_on_empty_tool_result,
+        not_judged=not_judged(
+            q.steps_recorded,
+            q.steps_covered,
+            q.truncate_on_refusal,
+            q.truncate_on_empty_tool_result,
+        ),
     )
     return out
 

@@ -161,6 +161,56 @@ def not_judged_reason(index: int, verdict: Verdict, episode: Episode) -> str:
     return "no step verdict (the judge gave none)"
 
 
+def not_judged(
+    recorded: int | None,
+    covered: int | None,
+    on_refusal: bool | None,
+    on_empty: bool | None,
+) -> dict[str, Any] | None:
+    """The steps a verdict did not judge, as the JSON report's side summary says them
+    (``not_judged``): from which step, how many (None when the recording's length is
+    unknown, as for a legacy verdict), the ``cause`` (``truncate_on_refusal``,
+    ``truncate_on_empty_tool_result``, ``truncation`` when either policy could have cut
+    there, or ``unknown``) and ``why`` in words. None when every recorded step was judged,
+    or when coverage is unknown; a legacy verdict scored with no truncation judged all."""
+    if covered is None:
+        return None
+    if recorded is not None and covered >= recorded:
+        return None
+    if recorded is None and not (on_refusal or on_empty):
+        return None
+    count = None if recorded is None else recorded - covered
+    if recorded is None:
+        span = f"any step from {covered} on"
+    else:
+        span = f"step {covered}" if count == 1 else f"steps {covered}-{recorded - 1}"
+    cut = covered - 1
+    if covered == 0:
+        cause, how = "unknown", "no step was judged"
+    elif on_refusal and on_empty:
+        cause = "truncation"
+        how = (
+            f"cut at step {cut} by truncate_on_refusal (a refusal) or "
+            "truncate_on_empty_tool_result (an empty tool result)"
+        )
+    elif on_refusal:
+        cause, how = (
+            "truncate_on_refusal",
+            f"cut by truncate_on_refusal at the refusal at step {cut}",
+        )
+    elif on_empty:
+        cause = "truncate_on_empty_tool_result"
+        how = f"cut at the empty tool result of step {cut} (truncate_on_empty_tool_result)"
+    else:
+        cause, how = "unknown", f"the verdict covers steps 0-{cut} only"
+    return {
+        "from_step": covered,
+        "steps": count,
+        "cause": cause,
+        "why": f"{span} not judged: {how}",
+    }
+
+
 def _step_view(
     step: Step, refusal: bool, after: bool, judged: Mapping[int, StepVerdict]
 ) -> StepView:
