@@ -6,6 +6,7 @@ give the same episodes. A sample stopped by a limit (message, token, time, worki
 custom...; Inspect scores it as if complete) is a *truncated recording*: its header says
 so, and every verdict scored from it carries ``recording_truncated = true``. An approver's
 terminate is not a truncation: the policy stopped the agent, and the recording has all of it.
+The header's ``tool_modes`` and ``oracles`` say how the sample was measured (``_setup.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from litmus_sandbox import EpisodeEnd, EpisodeHeader, Recorder
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.records import SCHEMA_VERSION, Step
 
+from ._setup import sample_setup
 from ._steps import sample_steps
 
 #: The recorder's name in every episode this adapter writes.
@@ -62,6 +64,19 @@ def sample_episode(spec: EvalSpec, sample: EvalSample, *, log: str | None) -> Sa
         message = sample.limit.reason or f"limit {sample.limit.limit}"
         limit = {"type": sample.limit.type, "message": message}
     truncated = limit is not None and not (facts.terminated and limit["type"] == "operator")
+    setup = sample_setup(sample.events, steps)
+    inspect_facts: dict[str, Any] = {
+        "eval_id": spec.eval_id,
+        "run_id": spec.run_id,
+        "sample_uuid": sample.uuid,
+        "epoch": sample.epoch,
+        "task": spec.task,
+        "model": spec.model,
+        "inspect_ai_version": spec.packages.get("inspect_ai"),
+        "log": log,
+    }
+    if setup.not_applied:
+        inspect_facts["modes_not_applied"] = setup.not_applied
     header = EpisodeHeader(
         v=SCHEMA_VERSION,
         episode_id=episode_id,
@@ -75,18 +90,9 @@ def sample_episode(spec: EvalSpec, sample: EvalSample, *, log: str | None) -> Sa
             measurement_version=MEASUREMENT_VERSION,
             truncated=truncated,
         ),
-        meta={
-            "inspect": {
-                "eval_id": spec.eval_id,
-                "run_id": spec.run_id,
-                "sample_uuid": sample.uuid,
-                "epoch": sample.epoch,
-                "task": spec.task,
-                "model": spec.model,
-                "inspect_ai_version": spec.packages.get("inspect_ai"),
-                "log": log,
-            }
-        },
+        tool_modes=setup.tool_modes,
+        oracles=setup.oracles,
+        meta={"inspect": inspect_facts},
     )
     end_facts: dict[str, Any] = {}
     reason: str | None = None

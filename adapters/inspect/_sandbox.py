@@ -11,7 +11,11 @@ litmus:litmus-sandbox.toml``) overrides the task's own sandbox. The config file:
 
 Theory of operation
 -------------------
-``sample_init`` creates the inner provider's environments and wraps each. A wrapped
+``sample_init`` creates the inner provider's environments and wraps each, then logs an
+``InfoEvent(source="litmus-sandbox")`` with ``{"litmus": {"setup": {"oracles",
+"tool_modes"}}}``: each probe's description (the first environment's is ``fs``) and the
+policy's modes of ``sandbox.exec`` and ``sandbox.write_file``, which the episode's header
+takes (``_setup.py``). A wrapped
 environment runs an :class:`~litmus_sandbox.FsProbe` over its root, if it has one on this
 host: around each ``exec`` and ``write_file`` a window is opened and closed, and the
 effects seen go into an ``InfoEvent(source="litmus-sandbox")`` logged where the operation
@@ -89,6 +93,10 @@ def _inner_type(config: LitmusSandboxConfig) -> type[SandboxEnvironment]:
     return registry_find_sandboxenv(config.inner)
 
 
+#: The operations a policy can deny, by the names its ``[tools]`` table gives them.
+_OPERATIONS = ("sandbox.exec", "sandbox.write_file")
+
+
 @sandboxenv(name="litmus")
 class LitmusSandboxEnvironment(SandboxEnvironment):
     """An inner provider's environment, its filesystem effects attributed to tool calls."""
@@ -113,13 +121,21 @@ class LitmusSandboxEnvironment(SandboxEnvironment):
         policy = resolve_policy(cfg.policy) if cfg.policy else Policy()
         inner = await _inner_type(cfg).sample_init(task_name, cfg.inner_config, metadata)
         out: dict[str, SandboxEnvironment] = {}
+        oracles: dict[str, Any] = {}
         for name, env in inner.items():
             root = cfg.root or _host_root(env)
             probe = None
             if root is not None:
                 probe = FsProbe(root, tripwires=(), use_watchdog=False)
                 await probe.start()
+                # The first environment (Inspect's default) is "fs", as a Sandbox's probe.
+                oracles["fs" if not oracles else f"fs:{name}"] = probe.describe()
             out[name] = cls(env, probe, policy)
+        setup: dict[str, Any] = {"oracles": oracles}
+        if cfg.policy:
+            setup["tool_modes"] = {op: policy.for_tool(op).mode for op in _OPERATIONS}
+        # In the sample's transcript: its episode's header says how it was measured.
+        transcript().info({"litmus": {"setup": setup}}, source=INFO_SOURCE)
         return out
 
     @classmethod

@@ -10,7 +10,7 @@ runtime's :mod:`~litmus_sandbox._runtime.modes`, the same as ``Sandbox``): ``rea
 the tool and gives the agent exactly what it gave (its exceptions included); ``stub``,
 ``swallow`` and ``deny`` answer as the policy says (``deny`` as a tool error). Inside the
 tool's span, an ``InfoEvent(source="litmus-sandbox")`` then says what happened:
-``{"litmus": {"mode", "fidelity", "shown", "actual"}}``; the log import and the recorder
+``{"litmus": {"tool", "mode", "fidelity", "shown", "actual"}}``; the log import and the recorder
 hooks read it, so the step says ``swallowed`` with the real outcome in ``actual`` where
 Inspect's log alone would show an empty result. ``replay`` needs recorded episodes, which an
 Inspect tool has none of: it is refused when the tool is wrapped.
@@ -94,6 +94,7 @@ def litmus_tool(tool: Tool, *, policy: Policy | str | os.PathLike[str] | Mapping
         transcript().info(
             {
                 "litmus": {
+                    "tool": name,
                     "mode": tool_policy.mode,
                     "fidelity": step.fidelity,
                     "shown": as_json(step.shown),
