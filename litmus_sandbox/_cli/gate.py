@@ -31,13 +31,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from litmus_sandbox import reports
 from litmus_sandbox._cli.progress import counter
 from litmus_sandbox._core.joins import MergeOrder, merge_order
 from litmus_sandbox._core.probe import VerdictBlocks
-from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, fits, stream_gate
+from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, UnsafeLimit, fits, stream_gate
 from litmus_sandbox._model.errors import LitmusError
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 from litmus_sandbox._model.safe_text import for_terminal
@@ -51,7 +51,8 @@ __all__ = ["EPILOG", "add_gate_flags", "candidate_policies", "run_gate"]
 
 EPILOG = (
     "exit codes: 0 nothing blocks; 1 at least one REGRESSION (or, with --strict-oracle, "
-    "an oracle contradiction); 4 no regression but NEEDS_REBASELINE / NEEDS_RERUN cases "
+    "an oracle contradiction; with --max-unsafe, more unsafe comparable candidate cases "
+    "than the limit); 4 no regression but NEEDS_REBASELINE / NEEDS_RERUN cases "
     "(unless --allow-unresolved); 5 nothing was compared: no case on either side (unless "
     "--allow-empty); 6 the judge gave no verdict for some steps (--candidate-episodes); "
     "2 bad usage, unreadable input, an empty input file (unless --allow-empty-input), or "
@@ -76,8 +77,23 @@ def memory_size(value: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+def max_unsafe(value: str) -> UnsafeLimit:
+    """``--max-unsafe``: a count of cases, or a percentage of the comparable cases."""
+    try:
+        return UnsafeLimit.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_gate_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``gate`` that this module reads (the parser has the others)."""
+    p.add_argument(
+        "--max-unsafe",
+        type=max_unsafe,
+        metavar="N|P%",
+        help="block (exit 1) when more comparable candidate cases are unsafe (regressed or "
+        "still unsafe) than N, or than P%% of the comparable cases",
+    )
     p.add_argument(
         "--allow-empty",
         action="store_true",
@@ -122,6 +138,7 @@ def run_gate(
         "allow_unresolved": args.allow_unresolved,
         "strict_oracle": args.strict_oracle,
         "allow_empty": args.allow_empty,
+        "max_unsafe": args.max_unsafe,
     }
     b_warnings: list[list[ReadWarning]] = [[] for _ in args.baseline]
     c_warnings: list[list[ReadWarning]] = [[] for _ in args.candidate or ()]
@@ -211,7 +228,7 @@ def _table_color(args: argparse.Namespace) -> dict[str, bool]:
 
 
 @contextmanager
-def _html_report(args: argparse.Namespace, flags: dict[str, bool]) -> Iterator[HtmlWriter | None]:
+def _html_report(args: argparse.Namespace, flags: dict[str, Any]) -> Iterator[HtmlWriter | None]:
     """``--html FILE``: the HTML report beside the other, with the episodes' timelines."""
     if not getattr(args, "html", None):
         yield None

@@ -83,6 +83,12 @@ class CaseResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     def flaky(self) -> bool:
         return any(r.code == "flaky" for r in self.reasons)
 
+    @property
+    def still_unsafe(self) -> bool:
+        """Comparable and unsafe on both sides: a PASS (nothing changed) whose candidate
+        is unsafe, which reports call out (a PASS's sides are both safe or both unsafe)."""
+        return self.outcome == "PASS" and not all(v.safe for v in self.candidate)
+
 
 Found = list[tuple[Outcome, Reason]]
 

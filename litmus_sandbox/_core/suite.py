@@ -43,6 +43,7 @@ from litmus_sandbox._core.summary import GateSummary as GateSummary
 from litmus_sandbox._core.summary import PlanEntry as PlanEntry
 from litmus_sandbox._core.summary import RebaselinePlan as RebaselinePlan
 from litmus_sandbox._core.summary import Statistics as Statistics
+from litmus_sandbox._core.summary import UnsafeLimit as UnsafeLimit
 from litmus_sandbox._core.summary import mcnemar_exact_p as mcnemar_exact_p
 from litmus_sandbox._core.tally import CaseDecider, SuiteTally
 from litmus_sandbox._model.records import AnyVerdict
@@ -56,8 +57,9 @@ _DECODED_PER_FILE_BYTE = 1.7
 class CaseSink(Protocol):
     """Where :func:`stream_gate` puts the decided cases, a chunk at a time, in gate order.
 
-    ``plain``: whether the sink wants the plain passes too (comparable cases that PASS
-    with no reason, decided inline); without them they are only counted.
+    ``plain``: whether the sink wants the plain passes too (comparable cases safe on
+    both sides that PASS with no reason, decided inline); without them they are only
+    counted. A pass unsafe on both sides is always handed on.
     """
 
     plain: bool

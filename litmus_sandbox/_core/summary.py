@@ -8,7 +8,8 @@ returns). Both decide the same way:
 decision       exit   when
 =============  =====  ==========================================================
 ``REGRESSION``   1    a case regressed (or, with ``strict_oracle``, an oracle
-                      contradiction outside the exclusions)
+                      contradiction outside the exclusions; or, with ``max_unsafe``,
+                      more unsafe comparable candidate cases than the limit)
 ``UNRESOLVED``   4    no regression, but NEEDS_REBASELINE / NEEDS_RERUN cases
                       (unless ``allow_unresolved``)
 ``EMPTY``        5    nothing was compared: no case on either side (unless
@@ -20,6 +21,8 @@ decision       exit   when
 from __future__ import annotations
 
 import math
+import re
+from decimal import Decimal
 from typing import Literal
 
 import msgspec
@@ -41,6 +44,53 @@ class Statistics(msgspec.Struct, frozen=True, kw_only=True):
     mcnemar_p: float
     flaky: int
     oracle_contradictions: int
+    #: PASS cases unsafe on both sides (comparable, nothing changed, still unsafe).
+    still_unsafe: int = 0
+
+    @property
+    def candidate_unsafe(self) -> int:
+        """Comparable cases whose candidate is unsafe: safe -> unsafe and still unsafe."""
+        return self.safe_to_unsafe + self.still_unsafe
+
+
+_COUNT = re.compile(r"[0-9]+")
+_PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
+
+
+class UnsafeLimit(msgspec.Struct, frozen=True, kw_only=True):
+    """``--max-unsafe``: how many comparable candidate cases may be unsafe (regressions
+    and still unsafe cases alike), as a count or a percentage of the comparable cases.
+    Past it (strictly more), the gate blocks as a regression does.
+
+    ``limit`` is what was given: the count (an int) or the percentage (``"5%"``).
+    """
+
+    limit: int | str
+
+    @classmethod
+    def parse(cls, text: str) -> UnsafeLimit:
+        """``N`` (a count, 0 or more) or ``P%`` (0 to 100, decimals allowed).
+
+        Raises:
+            ValueError: anything else, said in one line.
+        """
+        value = text.strip()
+        if _COUNT.fullmatch(value):
+            return cls(limit=int(value))
+        m = _PERCENT.fullmatch(value)
+        if m is not None and Decimal(m.group(1)) <= 100:
+            return cls(limit=value)
+        raise ValueError(
+            f"expected a count of cases (e.g. 3) or a percentage of the comparable cases "
+            f"from 0% to 100% (e.g. 5%), not {text!r}"
+        )
+
+    def exceeded(self, unsafe: int, comparable: int) -> bool:
+        """Whether ``unsafe`` cases of ``comparable`` are past the limit (exact: no
+        rounding of the percentage)."""
+        if isinstance(self.limit, int):
+            return unsafe > self.limit
+        return Decimal(unsafe) * 100 > Decimal(self.limit[:-1]) * comparable
 
 
 # gc=False: strings and ints only, so no cycle; a suite can hold one per case.
@@ -81,17 +131,28 @@ class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
     def _contradicted(self) -> bool:
         return self.blocking_contradictions > 0
 
+    def over_budget(self, max_unsafe: UnsafeLimit | None) -> bool:
+        """Whether more comparable candidate cases are unsafe than ``max_unsafe`` allows
+        (False without a limit)."""
+        s = self.statistics
+        return max_unsafe is not None and max_unsafe.exceeded(s.candidate_unsafe, s.comparable)
+
     def decision(
         self,
         *,
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
         allow_empty: bool = False,
+        max_unsafe: UnsafeLimit | None = None,
     ) -> Decision:
         """``REGRESSION``, ``UNRESOLVED``, ``EMPTY`` or ``PASS`` (see :meth:`exit_code`)."""
         if not self.statistics.cases:
             return "PASS" if allow_empty else "EMPTY"
-        if self.counts.get("REGRESSION", 0) or (strict_oracle and self._contradicted()):
+        if (
+            self.counts.get("REGRESSION", 0)
+            or (strict_oracle and self._contradicted())
+            or self.over_budget(max_unsafe)
+        ):
             return "REGRESSION"
         unresolved = self.counts.get("NEEDS_REBASELINE", 0) + self.counts.get("NEEDS_RERUN", 0)
         if unresolved and not allow_unresolved:
@@ -104,14 +165,17 @@ class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
         allow_empty: bool = False,
+        max_unsafe: UnsafeLimit | None = None,
     ) -> int:
-        """0 nothing blocks, 1 a regression, 4 unresolved cases (unless allowed), 5 no
-        case on either side (unless allowed)."""
+        """0 nothing blocks, 1 a regression (or more unsafe candidate cases than
+        ``max_unsafe``), 4 unresolved cases (unless allowed), 5 no case on either side
+        (unless allowed)."""
         return EXIT_CODES[
             self.decision(
                 allow_unresolved=allow_unresolved,
                 strict_oracle=strict_oracle,
                 allow_empty=allow_empty,
+                max_unsafe=max_unsafe,
             )
         ]
 

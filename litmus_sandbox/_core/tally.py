@@ -72,6 +72,7 @@ class SuiteTally:
     def __init__(self, recordings: Mapping[str, int | None]) -> None:
         self._recordings = recordings
         self._counts: Counter[str] = Counter()
+        self._still_unsafe = 0
         self._reasons: Counter[str] = Counter()
         self._blocking = 0
         self._rescore: list[PlanEntry] = []
@@ -87,6 +88,10 @@ class SuiteTally:
 
     def count_passes(self, n: int) -> None:
         self._counts["PASS"] += n
+
+    def count_still_unsafe(self, n: int) -> None:
+        """``n`` PASS cases unsafe on both sides (counted as passes too)."""
+        self._still_unsafe += n
 
     def note(self, results: Iterable[CaseResult]) -> None:
         kinds = self._kinds
@@ -133,6 +138,7 @@ class SuiteTally:
             # Cases carrying the code, as CaseResult.flaky and .contradicted tell them.
             flaky=grouped.get("flaky", 0),
             oracle_contradictions=grouped.get("oracle_contradicts_judge", 0),
+            still_unsafe=self._still_unsafe,
         )
         plan = RebaselinePlan(
             rescore=tuple(self._rescore),
@@ -154,8 +160,9 @@ class SuiteTally:
 class CaseDecider:
     """Decides chunks of cases (see the module docstring) into a :class:`SuiteTally`.
 
-    ``plain``: also return the plain passes (comparable legacy pairs decided inline as
-    PASS, which carry no reason); without it they are only counted.
+    ``plain``: also return the plain passes (comparable legacy pairs safe on both sides,
+    decided inline as PASS, which carry no reason); without it they are only counted.
+    Passes unsafe on both sides are always returned: every report calls them out.
     """
 
     def __init__(
@@ -190,11 +197,13 @@ class CaseDecider:
             self.matched.update(k for k in keys if k in exclusions)
         out: list[CaseResult] = []
         checked: list[CaseResult] = []
-        passes = self._chunk(keys, bs, cs, out, checked)
+        passes, still_unsafe = self._chunk(keys, bs, cs, out, checked)
         tally = self.tally
         tally.count(map(_outcome, out))
         if passes:
             tally.count_passes(passes)
+        if still_unsafe:
+            tally.count_still_unsafe(still_unsafe)
         if note:
             tally.note(checked)
         return out
@@ -206,8 +215,9 @@ class CaseDecider:
         cs: Sequence[Side],
         out: list[CaseResult],
         checked: list[CaseResult],
-    ) -> int:
-        """Decide a chunk case by case; returns how many plain passes were only counted.
+    ) -> tuple[int, int]:
+        """Decide a chunk case by case; returns how many plain passes were only counted,
+        and how many passes are unsafe on both sides.
 
         One pass reads each verdict once: one side's verdicts come out of their own order
         (the candidate's in the baseline's, or the other way round in the probe), so every
@@ -215,7 +225,7 @@ class CaseDecider:
         measured slower than this loop).
         """
         add = out.append
-        passes = 0
+        passes = still_unsafe = 0
         plain = self._plain
         exclusions = self._exclusions
         legacy = LegacyVerdict
@@ -238,7 +248,9 @@ class CaseDecider:
                     and key not in exclusions
                 ):
                     if b.safe is c.safe:
-                        if not plain:
+                        if not b.safe:
+                            still_unsafe += 1
+                        elif not plain:
                             passes += 1
                             continue
                         outcome: Outcome = "PASS"
@@ -271,11 +283,15 @@ class CaseDecider:
                         )
                     add(result)
                     checked.append(result)
+                    if result.outcome == "PASS" and not c.safe:
+                        still_unsafe += 1
                     continue
             result = self._compare(key, b, c)
             add(result)
             checked.append(result)
-        return passes
+            if result.outcome == "PASS" and result.still_unsafe:
+                still_unsafe += 1
+        return passes, still_unsafe
 
     def _compare(self, key: str, b: Side, c: Side) -> CaseResult:
         return compare_case(

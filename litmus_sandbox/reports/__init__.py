@@ -13,7 +13,8 @@ The JSON report is one object::
                  "steps": {"first_differing_step", "baseline_only_steps",
                            "candidate_only_steps"} | null}],
       "statistics": {"cases", "comparable", "safe_to_unsafe", "unsafe_to_safe",
-                     "mcnemar_p", "flaky", "oracle_contradictions"},
+                     "mcnemar_p", "flaky", "oracle_contradictions", "still_unsafe"},
+      "unsafe_budget": {"limit", "candidate_unsafe", "exceeded"} | null,
       "reasons": {reason code: cases carrying it, ...},  (most frequent first)
       "rebaseline_plan": {"rescore": [{"case_id", "judge_calls", "reasons"}],
                           "judge_calls", "judge_calls_exact",

@@ -153,12 +153,18 @@ def page_head(
         f"{'' if cases == 1 else 's'} &middot; {stats['comparable']} comparable: "
         f"safe&rarr;unsafe {stats['safe_to_unsafe']}, unsafe&rarr;safe "
         f"{stats['unsafe_to_safe']} (McNemar exact p = {stats['mcnemar_p']:.4g}), "
-        f"flaky {stats['flaky']}, oracle contradictions {stats['oracle_contradictions']}</p>\n",
+        f"flaky {stats['flaky']}, oracle contradictions {stats['oracle_contradictions']}, "
+        f"still unsafe {stats['still_unsafe']}</p>\n",
+        _budget(data),
         "</header>\n<section class='counts' aria-label='cases per outcome'>\n",
     ]
     parts.extend(
         f"<div class='count o-{o}'><span>{o}</span><b data-count='{o}'>{counts.get(o, 0)}</b></div>\n"
         for o in OUTCOMES
+    )
+    parts.append(
+        "<div class='count still-unsafe' title='PASS cases unsafe on both sides'>"
+        f"<span>still unsafe</span><b data-still-unsafe-count>{stats['still_unsafe']}</b></div>\n"
     )
     parts.append("</section>\n<div class='row2'>\n")
     parts.append(_transitions(transitions))
@@ -246,6 +252,21 @@ def _reasons(data: Mapping[str, Any], remedies: Mapping[str, Mapping[str, int]])
         + summary
         + "</section>\n"
     )
+
+
+def _budget(data: Mapping[str, Any]) -> str:
+    """``--max-unsafe``'s line (nothing without it)."""
+    budget = data["unsafe_budget"]
+    if budget is None:
+        return ""
+    exceeded = "true" if budget["exceeded"] else "false"
+    text = (
+        f"Unsafe budget (--max-unsafe {budget['limit']}): {budget['candidate_unsafe']} of "
+        f"{data['statistics']['comparable']} comparable cases unsafe in the candidate: "
+        + ("exceeded, the gate blocks" if budget["exceeded"] else "within the limit")
+    )
+    cls = "budget exceeded" if budget["exceeded"] else "budget"
+    return f"<p class='{cls}' data-unsafe-budget data-exceeded='{exceeded}'>{_e(text)}</p>\n"
 
 
 def _plural(n: int, noun: str) -> str:

@@ -73,6 +73,12 @@ tr.detail > td { background: var(--soft); padding: .8rem; }
 .line { white-space: pre-wrap; margin-top: .15rem; }
 .line .k { color: var(--muted); }
 .evidence { color: var(--regression); font-weight: 600; }
+#cases tr.still-unsafe { background: #fdf0ef; }
+#cases tr.still-unsafe td:first-child { border-left: 4px solid var(--regression); }
+.still { display: inline-block; margin-left: .3rem; padding: 0 .35rem; border-radius: 3px;
+  font-size: 11px; font-weight: 600; color: #fff; background: var(--regression); }
+.count.still-unsafe { --o: var(--regression); }
+.budget.exceeded { color: var(--regression); font-weight: 600; }
 .warnings li { color: var(--rebaseline); }
 """
 
@@ -110,6 +116,7 @@ SCRIPT = r"""
     return node;
   }
   function word(side) { return side == null ? "-" : side.safe ? "safe" : "unsafe"; }
+  function stillUnsafe(c) { return c.outcome === "PASS" && c.candidate != null && !c.candidate.safe; }
   function why(u) {
     var parts = [];
     if (u.rules && u.rules.length) parts.push((u.rules.length === 1 ? "rule " : "rules ") + u.rules.join(", "));
@@ -123,7 +130,12 @@ SCRIPT = r"""
                        tabindex: "0", "aria-expanded": "false"});
     tr.className = "o-" + c.outcome;
     tr.appendChild(el("td", {"class": "mono"}, c.case_id));
-    var out = el("td"); out.appendChild(el("span", {"class": "badge"}, c.outcome)); tr.appendChild(out);
+    var out = el("td"); out.appendChild(el("span", {"class": "badge"}, c.outcome));
+    if (stillUnsafe(c)) {  // a PASS (nothing changed) that is unsafe on both sides
+      tr.setAttribute("data-still-unsafe", "true"); tr.className += " still-unsafe";
+      out.appendChild(el("span", {"class": "still"}, "still unsafe"));
+    }
+    tr.appendChild(out);
     tr.appendChild(el("td", null, word(c.baseline) + " \u2192 " + word(c.candidate)));
     var why_ = c.reasons.map(function (r) { return r.code; });
     var unsafe = c.candidate && c.candidate.unsafe_steps && c.candidate.unsafe_steps[0];

@@ -23,7 +23,13 @@ from typing import Any, BinaryIO
 import msgspec
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
-from litmus_sandbox._core.suite import GateReport, GateSummary, PlanEntry, RebaselinePlan
+from litmus_sandbox._core.suite import (
+    GateReport,
+    GateSummary,
+    PlanEntry,
+    RebaselinePlan,
+    UnsafeLimit,
+)
 from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
 from litmus_sandbox.reports._shared import (
     InertOut,
@@ -32,6 +38,7 @@ from litmus_sandbox.reports._shared import (
     rank,
     render,
     side_summary,
+    unsafe_budget,
 )
 
 __all__ = ["case_to_dict", "render_json", "render_jsonl", "to_dict"]
@@ -159,11 +166,13 @@ def _summary_dict(
     warnings: Sequence[str],
     cases: list[dict[str, Any]] | None,
     plan: bool = True,
+    max_unsafe: UnsafeLimit | None = None,
 ) -> dict[str, Any]:
-    flags = {
+    flags: dict[str, Any] = {
         "allow_unresolved": allow_unresolved,
         "strict_oracle": strict_oracle,
         "allow_empty": allow_empty,
+        "max_unsafe": max_unsafe,
     }
     out: dict[str, Any] = {
         "decision": summary.decision(**flags),
@@ -174,6 +183,7 @@ def _summary_dict(
         out["cases"] = cases
     out.update(
         statistics=msgspec.to_builtins(summary.statistics),
+        unsafe_budget=unsafe_budget(summary, max_unsafe),
         reasons=dict(summary.reasons),
         rebaseline_plan=msgspec.to_builtins(
             summary.rebaseline_plan
@@ -194,6 +204,7 @@ def to_dict(
     allow_unresolved: bool = False,
     strict_oracle: bool = False,
     allow_empty: bool = False,
+    max_unsafe: UnsafeLimit | None = None,
     warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON report as a dict (see the module docstring for its shape)."""
@@ -202,6 +213,7 @@ def to_dict(
         allow_unresolved=allow_unresolved,
         strict_oracle=strict_oracle,
         allow_empty=allow_empty,
+        max_unsafe=max_unsafe,
         warnings=warnings,
         cases=[case_to_dict(c) for c in ordered_cases(report)],
     )

@@ -10,7 +10,15 @@ from xml.sax.saxutils import quoteattr as _quoteattr
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import for_terminal
-from litmus_sandbox.reports._shared import Writer, evidence_lines, rank, render, side_word, text
+from litmus_sandbox.reports._shared import (
+    STILL_UNSAFE,
+    Writer,
+    evidence_lines,
+    rank,
+    render,
+    side_word,
+    text,
+)
 
 __all__ = ["escape", "quoteattr", "render_junit"]
 
@@ -70,6 +78,16 @@ class JunitWriter(Writer):
             elif case.outcome == "EXCLUDED":
                 self.skipped += 1
                 inner = f"<skipped message={quoteattr('EXCLUDED')}>{escape(detail)}</skipped>"
+            elif case.still_unsafe:
+                # Passes (nothing changed), but says so: unsafe on both sides, and why.
+                body = "\n".join(
+                    [f"{case.outcome}, {STILL_UNSAFE}: unsafe -> unsafe", *evidence_lines(case)]
+                    + ([detail] if detail else [])
+                )
+                inner = (
+                    '<properties><property name="still_unsafe" value="true"/></properties>'
+                    f"<system-out>{escape(body)}</system-out>"
+                )
             elif detail:
                 inner = f"<system-out>{escape(case.outcome + chr(10) + detail)}</system-out>"
             line = f'  <testcase classname="litmus.gate" name={quoteattr(case.case_id)}>{inner}</testcase>\n'
@@ -84,7 +102,9 @@ class JunitWriter(Writer):
             "  <properties>\n"
             f'    <property name="decision" value="{decision}"/>\n'
             f'    <property name="exit_code" value="{code}"/>\n'
-            "  </properties>\n"
+            f'    <property name="still_unsafe" value="{summary.statistics.still_unsafe}"/>\n'
+            + self._budget(summary)
+            + "  </properties>\n"
         )
         self.out.write(text(head))
         self.copy_ranks()
@@ -92,6 +112,20 @@ class JunitWriter(Writer):
             lines = "".join(f"{escape(w)}\n" for w in warnings)
             self.out.write(text(f"  <system-err>{lines}</system-err>\n"))
         self.out.write(b"</testsuite>\n")
+
+    def _budget(self, summary: GateSummary) -> str:
+        """``--max-unsafe``'s properties: the limit, the candidate's unsafe comparable
+        cases, whether they exceed it."""
+        limit = self.max_unsafe
+        if limit is None:
+            return ""
+        exceeded = "true" if summary.over_budget(limit) else "false"
+        return (
+            f'    <property name="max_unsafe" value={quoteattr(str(limit.limit))}/>\n'
+            f'    <property name="candidate_unsafe" '
+            f'value="{summary.statistics.candidate_unsafe}"/>\n'
+            f'    <property name="unsafe_budget_exceeded" value="{exceeded}"/>\n'
+        )
 
 
 def render_junit(report: GateReport, **kw: Any) -> str:

@@ -10,8 +10,10 @@ from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import md_code
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
+    STILL_UNSAFE,
     Writer,
     as_warning,
+    budget_line,
     evidence_lines,
     rank,
     render,
@@ -41,7 +43,10 @@ class MarkdownWriter(Writer):
                     for r in case.reasons
                 ]
             )
-            row = f"| {md_code(case.case_id)} | {case.outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
+            outcome: str = case.outcome
+            if case.still_unsafe:
+                outcome += f" **{STILL_UNSAFE}**"
+            row = f"| {md_code(case.case_id)} | {outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
             self.spool.write(rank(case), text(row + "\n"))
             self.rows = True
 
@@ -58,9 +63,12 @@ class MarkdownWriter(Writer):
         lines += [
             "",
             f"Comparable cases: {s.comparable}; safe→unsafe {s.safe_to_unsafe}, unsafe→safe "
-            f"{s.unsafe_to_safe} (McNemar exact p = {s.mcnemar_p:.4g}).",
+            f"{s.unsafe_to_safe} (McNemar exact p = {s.mcnemar_p:.4g}); "
+            f"{STILL_UNSAFE} (unsafe→unsafe, a PASS) {s.still_unsafe}.",
             "",
         ]
+        if budget := budget_line(summary, self.max_unsafe):
+            lines += [budget[0].upper() + budget[1:] + ".", ""]
         if summary.reasons:
             lines += ["| reason | cases |", "|---|---:|"]
             lines += [f"| `{code}` | {n} |" for code, n in summary.reasons.items()]

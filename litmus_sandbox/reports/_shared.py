@@ -21,7 +21,7 @@ from io import BytesIO
 from typing import Any, BinaryIO, Self
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
-from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._core.suite import GateReport, GateSummary, UnsafeLimit
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 from litmus_sandbox._model.safe_text import json_inert
 from litmus_sandbox._store.partition import RankedSpool
@@ -45,8 +45,13 @@ def ordered_cases(report: GateReport) -> list[CaseResult]:
 
 
 def shown(case: CaseResult) -> bool:
-    """Whether the table and Markdown reports list ``case`` (a plain PASS is counted)."""
-    return case.outcome != "PASS" or bool(case.reasons)
+    """Whether the table and Markdown reports list ``case`` (a plain PASS is counted; a
+    PASS unsafe on both sides is listed, marked :data:`STILL_UNSAFE`)."""
+    return case.outcome != "PASS" or bool(case.reasons) or case.still_unsafe
+
+
+#: How the text reports mark a case unsafe on both sides (a PASS: nothing changed).
+STILL_UNSAFE = "still unsafe"
 
 
 class InertOut:
@@ -78,14 +83,17 @@ class Writer(abc.ABC):
         allow_unresolved: bool = False,
         strict_oracle: bool = False,
         allow_empty: bool = False,
+        max_unsafe: UnsafeLimit | None = None,
         spool_dir: str | None = None,
         spool_memory: int = 1 << 22,
     ) -> None:
-        self.flags = {
+        self.flags: dict[str, Any] = {
             "allow_unresolved": allow_unresolved,
             "strict_oracle": strict_oracle,
             "allow_empty": allow_empty,
+            "max_unsafe": max_unsafe,
         }
+        self.max_unsafe = max_unsafe
         self.out = out
         self.strict_oracle = strict_oracle
         self.allow_unresolved = allow_unresolved
@@ -213,6 +221,32 @@ def evidence_lines(case: CaseResult, *, limit: int = 3) -> list[str]:
         if len(steps) > limit:
             out.append(f"unsafe: {side}: {plural(len(steps) - limit, 'more unsafe step')}")
     return out
+
+
+def unsafe_budget(summary: GateSummary, limit: UnsafeLimit | None) -> dict[str, Any] | None:
+    """The JSON report's ``unsafe_budget`` (None without ``--max-unsafe``)."""
+    if limit is None:
+        return None
+    return {
+        "limit": limit.limit,
+        "candidate_unsafe": summary.statistics.candidate_unsafe,
+        "exceeded": summary.over_budget(limit),
+    }
+
+
+def budget_line(summary: GateSummary, limit: UnsafeLimit | None) -> str | None:
+    """The text reports' line on ``--max-unsafe`` (None without it)."""
+    if limit is None:
+        return None
+    s = summary.statistics
+    given = limit.limit if isinstance(limit.limit, str) else plural(limit.limit, "case")
+    head = (
+        f"unsafe budget (--max-unsafe {limit.limit}): {s.candidate_unsafe} of "
+        f"{plural(s.comparable, 'comparable case')} unsafe in the candidate"
+    )
+    if summary.over_budget(limit):
+        return f"{head}, more than {given}: exceeded, the gate blocks"
+    return f"{head}, within {given}"
 
 
 def plural(n: int, noun: str) -> str:

@@ -27,8 +27,10 @@ from litmus_sandbox._model.safe_text import clip, for_terminal
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     RANKS,
+    STILL_UNSAFE,
     Writer,
     as_warning,
+    budget_line,
     evidence_lines,
     plural,
     rank,
@@ -129,6 +131,8 @@ class TableWriter(Writer):
             remedy = f" -> {r.remedy}" if r.remedy else ""
             more.append(_cell(f"{r.code}: {r.detail}{remedy}", LINE_WIDTH))
         first = f"{case.outcome:<16}  {side_word(case.baseline)} -> {side_word(case.candidate)}"
+        if case.still_unsafe:
+            first += f"  ({STILL_UNSAFE})"
         return rank(case), first, more
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
@@ -159,7 +163,7 @@ class TableWriter(Writer):
         lines.append(
             f"comparable {s.comparable}: safe->unsafe {s.safe_to_unsafe}, unsafe->safe "
             f"{s.unsafe_to_safe}, McNemar exact p = {s.mcnemar_p:.4g}; flaky {s.flaky}; "
-            f"oracle contradictions {s.oracle_contradictions}"
+            f"oracle contradictions {s.oracle_contradictions}; {STILL_UNSAFE} {s.still_unsafe}"
         )
         if summary.reasons:
             grouped = ", ".join(f"{code} {n}" for code, n in summary.reasons.items())
@@ -179,6 +183,8 @@ class TableWriter(Writer):
         if summary.unknown_exclusions:
             lines.append(f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}")
         lines.extend(as_warning(w) for w in warnings)
+        if budget := budget_line(summary, self.max_unsafe):
+            lines.append(budget)
         decision, code = self.decision(summary)
         if decision == "EMPTY":
             lines.append(NOTHING_COMPARED)
@@ -233,7 +239,7 @@ class _Painter:
                 r"(?P<bad>\bREGRESSION\b)|(?P<unresolved>\bNEEDS_RERUN\b|\bNEEDS_REBASELINE\b"
                 r"|\bUNRESOLVED\b|\bEMPTY\b)|(?P<good>\bIMPROVEMENT\b|\bPASS\b)"
                 r"|(?P<excluded>\bEXCLUDED\b)",
-                r"(?m)(?P<unsafe>^ +unsafe: .*$)",
+                r"(?m)(?P<unsafe>^ +unsafe: .*$)|(?P<still>\(still unsafe\))",
                 r"(?m)(?P<remedy>-> (rescore_baseline|rerun_baseline|rerun_candidate|exclude)$)",
             ]
 
@@ -244,6 +250,7 @@ class _Painter:
                 "gate.good": "green",
                 "gate.excluded": "dim",
                 "gate.unsafe": "red",
+                "gate.still": "bold red",
                 "gate.remedy": "cyan",
             }
         )
