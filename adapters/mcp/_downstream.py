@@ -70,6 +70,7 @@ class Downstream:
         conn_id: int = 0,
         keys: set[str] | None = None,
         stall_after: float | None = None,
+        exchange_id: int = 0,
     ) -> None:
         self.conn = conn
         self.stream = stream
@@ -77,6 +78,8 @@ class Downstream:
         #: Which client connection this exchange is on, and the sessions it has carried.
         self.conn_id = conn_id
         self.keys: set[str] = keys if keys is not None else set()
+        #: Which exchange of the proxy's run this is (a sessionless one's episode key).
+        self.exchange_id = exchange_id
         self.started = False
         self.finished = False
         #: Bytes queued for the client, sent by the next ``flush`` (or write).

@@ -23,7 +23,7 @@ until its answer names its session). A stop with a reason is the cores' ``stop``
 error each gives a request still waiting goes to that request's exchange.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
-gets one per case id it names in ``_meta``, else one per connection (never merged); an
+gets one per case id it names in ``_meta``, else one per exchange (never merged); an
 episode ends at DELETE, or ``complete`` once its client is gone with nothing pending
 (``_http_sessions.py`` says how that is decided); either end is the session core's
 ``session_ended``.
@@ -201,8 +201,14 @@ class HttpProxy(HttpEndpoint):
                 if request is None:
                     return
                 event, body = request
+                self._exchanges += 1
                 down = Downstream(
-                    conn, stream, conn_id, keys, self.timeout or STALL_SECONDS_WITHOUT_LIMIT
+                    conn,
+                    stream,
+                    conn_id,
+                    keys,
+                    self.timeout or STALL_SECONDS_WITHOUT_LIMIT,
+                    self._exchanges,
                 )
                 try:
                     if isinstance(body, LineTooLong):
@@ -262,7 +268,7 @@ class HttpProxy(HttpEndpoint):
         episode ends aborted; the rest of the body is drained (briefly), then the
         connection closes."""
         raw_headers = list(event.headers.raw_items())
-        key = self.key_for(raw_headers, parse(b""), down.conn_id)
+        key = self.key_for(raw_headers, parse(b""), down.exchange_id)
         self.arrive(key, down.keys)
         try:
             self.slot(key).touch()

@@ -11,10 +11,10 @@ nests too deep, is refused by the session's core and never reaches the server
 so that the client's connection goes on once it has the task). The client's
 ``notifications/cancelled`` for a recorded call is the core's to decide (``_cancel``:
 the call is interrupted; the server hears of it only if it saw the call). A sessionless
-client's cancel comes on a connection of its own (the call's carries the call's stream), so
-outside the call's session (one per connection): it is tied to the call by evidence
+client's cancel comes in an exchange of its own (the call's carries the call's stream), so
+outside the call's episode (one per exchange): it is tied to the call by evidence
 (``_cancelled_session``: its ``requestId`` names exactly one call in flight among the
-sessionless sessions of the same client address). A ``tasks/*``
+sessionless exchanges of the same client address). A ``tasks/*``
 request about a task a core knows goes to that core (``_http_tasks.py``); everything
 else is relayed (``_http_relay.py``). Before any of it, a request of a session that has
 not opened its episode yet may name its case id (a probe's requests too: they open
@@ -29,6 +29,7 @@ from anyio.abc import SocketAttribute
 from ._downstream import Downstream
 from ._http_call import CLIENT_GONE, HttpToolCall
 from ._http_relay import HttpRelay
+from ._http_sessions import EXCHANGE
 from ._http_tasks import relay_task
 from ._jsonrpc import Message, cancelled_request_of, id_key, parse, tool_call_of
 from ._relay import DEFAULT_MAX_DEPTH, FinishCall, StartCall, ToClient, ToServer, valid_id
@@ -55,7 +56,7 @@ class HttpEndpoint(HttpRelay):
         if too_deep(body, DEFAULT_MAX_DEPTH) or refusal_of(body, msg) is not None:
             await self._refuse(down, raw_headers, msg, body)
             return
-        key = self.key_for(raw_headers, msg, down.conn_id)
+        key = self.key_for(raw_headers, msg, down.exchange_id)
         if msg.method == "notifications/cancelled":
             key = self._cancelled_session(key, msg, down)
         self.arrive(key, down.keys)
@@ -94,12 +95,12 @@ class HttpEndpoint(HttpRelay):
 
     def _cancelled_session(self, key: str, msg: Message, down: Downstream) -> str:
         """The session a ``notifications/cancelled`` is about: its own, unless it came
-        outside any session (no session id, no case id: a session of its connection alone)
+        outside any session (no session id, no case id: an exchange of its own)
         and its ``requestId`` is not in flight there but names exactly one call in flight
-        among the sessionless sessions of the same client address: then that call's. With
-        several such calls it is ambiguous and stays its connection's (relayed as is)."""
+        among the sessionless exchanges of the same client address: then that call's. With
+        several such calls it is ambiguous and stays its own exchange's (relayed as is)."""
         rid = cancelled_request_of(msg)
-        if not key.startswith("connection:") or not valid_id(rid):
+        if not key.startswith(EXCHANGE) or not valid_id(rid):
             return key
         rkey = id_key(rid)
         own = self._cores.get(key)
@@ -109,7 +110,7 @@ class HttpEndpoint(HttpRelay):
         matches = [
             other
             for other, core in self._cores.items()
-            if other.startswith("connection:")
+            if other.startswith(EXCHANGE)
             and (pending := core.pending.get(rkey)) is not None
             and pending.kind == "call"
             and isinstance(pending.handle, HttpToolCall)
@@ -167,7 +168,7 @@ class HttpEndpoint(HttpRelay):
         the client gets 400 with the JSON-RPC error (one with no id for a message that
         has none: an HTTP request always gets an answer), the session's end record keeps
         it in ``meta["mcp"]["refused"]``, and one nested too deep aborts the episode."""
-        key = self.key_for(raw_headers, msg, down.conn_id)
+        key = self.key_for(raw_headers, msg, down.exchange_id)
         self.slot(key).touch()
         actions = self.perform(key, self.core(key).from_client(body, anyio.current_time()))
         replies = [a.data.rstrip(b"\n") for a in actions if isinstance(a, ToClient)]

@@ -41,7 +41,7 @@ from ._http_answer import (
     read_bounded,
 )
 from ._http_call import HttpToolCall
-from ._http_sessions import HttpSessions
+from ._http_sessions import EXCHANGE, HttpSessions
 from ._jsonrpc import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
@@ -99,7 +99,7 @@ class HttpRelay(HttpSessions):
                 tracked = ("", core, pending)
                 self.arm(core)
             elif valid_id(msg.id):
-                key = self.key_for(headers, msg, down.conn_id)
+                key = self.key_for(headers, msg, down.exchange_id)
                 core = self.core(key)
                 actions = self.perform(key, core.from_client(body, anyio.current_time()))
                 if not any(isinstance(a, ToServer) for a in actions):
@@ -172,7 +172,7 @@ class HttpRelay(HttpSessions):
                 and msg is not None
                 and response.is_success
             ):
-                tracked = self._open(response, headers, msg, down.conn_id, tracked)
+                tracked = self._open(response, headers, msg, down.exchange_id, tracked)
                 opening = self.slot(tracked[0])
                 # The connection that carried the initialize carries its session: once it
                 # closes with nothing else of the session's open, the client is gone.
@@ -225,8 +225,14 @@ class HttpRelay(HttpSessions):
                 except httpx.HTTPError:
                     pass  # the server dropped the stream: end ours where it ended
             await down.end()
-            if opening is not None and tracked is not None and tracked[1].engaged:
-                # The handshake completed (its answer was a result): a session to record.
+            if (
+                opening is not None
+                and tracked is not None
+                and tracked[1].engaged
+                and not tracked[0].startswith(EXCHANGE)
+            ):
+                # The handshake completed (its answer was a result): a session to record
+                # (a sessionless one's handshake is an exchange of its own: no agent's run).
                 opening.touch()
                 self.core(tracked[0]).engaged = True
         finally:
@@ -260,7 +266,7 @@ class HttpRelay(HttpSessions):
         response: httpx.Response,
         headers: list[tuple[bytes, bytes]],
         msg: Message,
-        conn_id: int,
+        exchange_id: int,
         tracked: Tracked,
     ) -> Tracked:
         """An ``initialize`` answered: the session id arrives with the answer, and its
@@ -268,7 +274,7 @@ class HttpRelay(HttpSessions):
         a probe, once the answer is a result). The initialize's core keeps the server's
         answers with the session core's, for server-less replay."""
         sid = response.headers.get("mcp-session-id")
-        key = f"session:{sid}" if sid is not None else self.key_for(headers, msg, conn_id)
+        key = f"session:{sid}" if sid is not None else self.key_for(headers, msg, exchange_id)
         _, opening, pending = tracked
         self._openings[opening] = key
         opening.answers = self.core(key).answers

@@ -1,8 +1,9 @@
 """The HTTP proxy's state: one episode per MCP session, the calls in flight, the schemas.
 
 Episodes: one per MCP session (``Mcp-Session-Id``); a stateless client (no session id)
-gets one per case id it names in ``_meta``, else one per client connection (with
-``--case-id``, one for the whole proxy run): sessions that name no case are never merged.
+gets one per case id it names in ``_meta``, else one per exchange (with ``--case-id``, one
+for the whole proxy run): exchanges that name no session and no case are never merged,
+and such an exchange's episode ends as soon as the exchange is over.
 A session whose client is *gone* - no connection that carried its requests still open,
 nothing in progress (a call, a relayed request, a GET stream) - ends ``complete`` after
 ``session_grace`` seconds, and a stop (a signal) that finds it gone does not abort it:
@@ -41,6 +42,9 @@ PathLike = str | os.PathLike[str]
 
 #: Request headers naming the request's own method and target (newer revisions).
 _PER_REQUEST = frozenset({b"mcp-method", b"mcp-name"})
+
+#: The key prefix of a sessionless exchange's episode (no session id, no case id).
+EXCHANGE = "exchange:"
 
 
 class RunningCall(Protocol):
@@ -128,6 +132,7 @@ class HttpSessions:
         self.session_grace = session_grace
         self._presence: dict[str, Presence] = {}
         self._connections = 0  # client connections accepted (each gets the next number)
+        self._exchanges = 0  # requests read from clients (each gets the next number)
         self._stopping = anyio.Event()
         #: Why the proxy was stopped early (a signal), or None.
         self.stop_reason: str | None = None
@@ -228,22 +233,26 @@ class HttpSessions:
             slot.note("protocol_version", version)
 
     def key_for(
-        self, headers: Sequence[tuple[bytes, bytes]], msg: Message, conn_id: int = 0
+        self, headers: Sequence[tuple[bytes, bytes]], msg: Message, exchange_id: int = 0
     ) -> str:
+        """The episode key of exchange ``exchange_id``: its session, its case, or itself."""
         if (sid := header(headers, b"mcp-session-id")) is not None:
             return f"session:{sid}"
         if self.case_id is not None:
             return "proxy"  # the operator named the run's case: one episode for it
         if (case := case_id_of(msg)) is not None:
             return f"case:{case}"
-        return f"connection:{conn_id}"  # no session, no case: never merged with another
+        # No session, no case: nothing ties it to another exchange (a connection is the
+        # client's pool's, not its run's), so it is never merged with one.
+        return f"{EXCHANGE}{exchange_id}"
 
     def arrive(self, key: str, keys: set[str]) -> None:
-        """An exchange of session ``key`` starts, on a connection that carried ``keys``."""
+        """An exchange of session ``key`` starts, on a connection that carried ``keys``
+        (a sessionless exchange's connection does not keep it: it ends with the exchange)."""
         presence = self._presence.get(key)
         if presence is None:
             presence = self._presence[key] = Presence()
-        if key not in keys:
+        if key not in keys and not key.startswith(EXCHANGE):
             keys.add(key)
             presence.connections += 1
         presence.busy += 1
@@ -273,6 +282,15 @@ class HttpSessions:
 
     def _maybe_gone(self, key: str, presence: Presence) -> None:
         if presence.connections or presence.busy:
+            return
+        if key.startswith(EXCHANGE):
+            # Nothing comes back for a sessionless exchange that is over: its episode
+            # (if it has one) ends now, and nothing is kept for it.
+            if key in self._slots:
+                self._outer.start_soon(self._end_session, key)
+            else:
+                del self._presence[key]
+                self._cores.pop(key, None)
             return
         if key not in self._slots:
             del self._presence[key]

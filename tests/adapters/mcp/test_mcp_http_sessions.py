@@ -40,16 +40,21 @@ async def serving(tmp_path: Path, url: str, **options: Any) -> AsyncIterator[tup
         proxy.stop()
 
 
-async def test_sessions_that_name_no_case_are_never_merged(tmp_path: Path, upstream: str) -> None:  # noqa: F811
+async def test_exchanges_that_name_no_session_nor_case_are_never_merged(
+    tmp_path: Path,
+    upstream: str,  # noqa: F811
+) -> None:
+    """Nothing ties two sessionless exchanges together, not even a kept-alive connection
+    (a client's pool serves many runs): each is its own episode, ended with it."""
     async with serving(tmp_path, upstream) as (_, base):
-        for _client in range(3):  # three clients, each on its own connection
+        for _client in range(3):  # three clients, each on its own kept-alive connection
             async with httpx.AsyncClient(base_url=base, timeout=10) as client:
                 for rid in (1, 2):
                     reply = (await client.post("/mcp", json=call(rid), headers=ACCEPT)).json()
                     assert reply["result"]["content"][0]["text"] == "ok"
     eps = episodes(tmp_path / "eps.jsonl")
-    assert len(eps) == 3
-    assert [len(calls(ep)) for ep in eps] == [2, 2, 2]
+    assert len(eps) == 6
+    assert [len(calls(ep)) for ep in eps] == [1] * 6
     assert all(ep.complete for ep in eps)
 
 
