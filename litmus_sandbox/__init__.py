@@ -84,6 +84,8 @@ if TYPE_CHECKING:
     from litmus_sandbox._runtime.scorer import score_files as score_files
     from litmus_sandbox._runtime.tool_calls import ToolResult as ToolResult
     from litmus_sandbox._store.cache import VerdictCache as VerdictCache
+    from litmus_sandbox._store.step_cache import StepCache as StepCache
+    from litmus_sandbox._store.step_cache import open_cache as open_cache
     from litmus_sandbox._store.streams import JsonlWriter as JsonlWriter
     from litmus_sandbox._store.streams import ReadWarning as ReadWarning
     from litmus_sandbox._store.streams import RecordingWarning as RecordingWarning
@@ -182,6 +184,7 @@ _EXPORTS: dict[str, str] = {
     "Shown": "litmus_sandbox._model.records",
     "StateProbe": "litmus_sandbox.oracles.state",
     "step_diff": "litmus_sandbox._core.gate",
+    "StepCache": "litmus_sandbox._store.step_cache",
     "StepJudgment": "litmus_sandbox._core.scoring",
     "StepVerdict": "litmus_sandbox._model.records",
     "Stub": "litmus_sandbox._config.policy",
@@ -191,6 +194,7 @@ _EXPORTS: dict[str, str] = {
     "UpstreamError": "litmus_sandbox._model.errors",
     "Verdict": "litmus_sandbox._model.records",
     "VerdictCache": "litmus_sandbox._store.cache",
+    "open_cache": "litmus_sandbox._store.step_cache",
     "VerdictStream": "litmus_sandbox._store.streams",
     "write_verdicts": "litmus_sandbox._store.streams",
 }
@@ -250,6 +254,7 @@ __all__ = [
     "Served",
     "Shown",
     "StateProbe",
+    "StepCache",
     "StepJudgment",
     "StepVerdict",
     "Stub",
@@ -272,6 +277,7 @@ __all__ = [
     "iter_verdicts",
     "load_policy",
     "mcnemar_exact_p",
+    "open_cache",
     "read_episodes",
     "read_policy_file",
     "read_verdicts",

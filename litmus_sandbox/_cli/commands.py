@@ -26,8 +26,8 @@ from litmus_sandbox._runtime.rebaseline import (
     rescore_costs,
 )
 from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
-from litmus_sandbox._store.cache import VerdictCache
 from litmus_sandbox._store.exclusions import load_exclusions
+from litmus_sandbox._store.step_cache import StepCache, open_cache
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
 from litmus_sandbox.reports._shared import plural
@@ -36,17 +36,18 @@ EXIT_OK = 0
 
 
 def default_cache_path() -> str:
-    """``$LITMUS_CACHE``, else ``$XDG_CACHE_HOME/litmus-sandbox/verdicts.sqlite``."""
+    """``$LITMUS_CACHE`` (a path or a URL), else
+    ``$XDG_CACHE_HOME/litmus-sandbox/verdicts.sqlite``."""
     if env := os.environ.get("LITMUS_CACHE"):
         return env
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(base) / "litmus-sandbox" / "verdicts.sqlite")
 
 
-def _open_cache(args: argparse.Namespace) -> VerdictCache | None:
+def _open_cache(args: argparse.Namespace) -> StepCache | None:
     if args.no_cache:
         return None
-    return VerdictCache(args.cache or default_cache_path())
+    return open_cache(args.cache or default_cache_path())
 
 
 def _warn(warnings: Sequence[ReadWarning | str]) -> None:

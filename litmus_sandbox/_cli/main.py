@@ -82,8 +82,10 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
 def _add_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache",
-        metavar="PATH",
-        help="step-verdict cache (SQLite); default $LITMUS_CACHE or ~/.cache/litmus-sandbox/verdicts.sqlite",
+        metavar="URL",
+        help="step-verdict cache: a SQLite PATH or sqlite:///PATH, or redis://HOST:PORT/DB "
+        "(extra redis) shared by a cluster; default $LITMUS_CACHE or "
+        "~/.cache/litmus-sandbox/verdicts.sqlite",
     )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
 

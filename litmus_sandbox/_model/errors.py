@@ -48,6 +48,7 @@ EXTRA_OF_MODULE = {
     "opentelemetry": "otel",
     "google": "otel",
     "agentdojo": "agentdojo",
+    "redis": "redis",
 }
 
 

@@ -44,7 +44,7 @@ from litmus_sandbox._runtime.scorer import ScoringFailed, covered_keys
 from litmus_sandbox._runtime.scoring_job import EpisodeJob, ScoreStats
 from litmus_sandbox._runtime.scoring_run import ScoringRun
 from litmus_sandbox._runtime.stream import EpisodeStream
-from litmus_sandbox._store.cache import VerdictCache
+from litmus_sandbox._store.step_cache import StepCache, local_files, open_cache
 from litmus_sandbox._store.streams import JsonlWriter, read_verdicts
 from litmus_sandbox.judges import ScoringConfig, load_policy
 
@@ -97,7 +97,8 @@ class LiveScoring:
     Args:
         scoring: the scoring configuration, or a policy file to read it from.
         verdicts: the verdict stream to append to.
-        cache: the step-verdict cache (or its path; opened and closed here), or None.
+        cache: the step-verdict cache (or its path or URL, as ``--cache`` takes it:
+            opened and closed here), or None.
 
     Raises:
         ConfigError: a policy that cannot be read; on entering, a judge whose session
@@ -108,12 +109,12 @@ class LiveScoring:
         self,
         scoring: ScoringConfig | str | os.PathLike[str],
         verdicts: str | os.PathLike[str],
-        cache: VerdictCache | str | os.PathLike[str] | None = None,
+        cache: StepCache | str | os.PathLike[str] | None = None,
     ) -> None:
         self.config = scoring if isinstance(scoring, ScoringConfig) else load_policy(scoring)
         self.path = Path(verdicts)
         self._cache_arg = cache
-        self.cache: VerdictCache | None = None
+        self.cache: StepCache | None = None
         self.stats = ScoreStats()
         #: Verdicts appended to the stream so far.
         self.written = 0
@@ -128,18 +129,19 @@ class LiveScoring:
         """The files this writes (the verdict stream, the cache's): no tool's effects."""
         files = [self.path]
         cache = self._cache_arg
-        path = cache.path if isinstance(cache, VerdictCache) else cache
-        if path is not None and os.fspath(path) != ":memory:":
-            files += [Path(f"{os.fspath(path)}{end}") for end in ("", "-wal", "-shm", "-journal")]
+        if isinstance(cache, str | os.PathLike):
+            files += local_files(cache)
+        elif cache is not None:
+            files += cache.files()
         return files
 
     async def __aenter__(self) -> LiveScoring:
         stack = self._stack
         try:
-            if isinstance(self._cache_arg, VerdictCache):
-                self.cache = self._cache_arg
+            if isinstance(self._cache_arg, str | os.PathLike):
+                self.cache = stack.enter_context(open_cache(self._cache_arg))
             elif self._cache_arg is not None:
-                self.cache = stack.enter_context(VerdictCache(self._cache_arg))
+                self.cache = self._cache_arg
             self._writer = stack.enter_context(JsonlWriter(self.path))
             if not self._holds_policy():
                 self._writer.write(self.config.record())

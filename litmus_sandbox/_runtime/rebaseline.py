@@ -34,7 +34,7 @@ from litmus_sandbox._runtime.scorer import (
     score_all,
     scored,
 )
-from litmus_sandbox._store.cache import VerdictCache
+from litmus_sandbox._store.step_cache import StepCache
 from litmus_sandbox._store.streams import (
     ReadWarning,
     VerdictStream,
@@ -134,7 +134,7 @@ def rebaseline(
     config: ScoringConfig,
     out: str | os.PathLike[str],
     *,
-    cache: VerdictCache | None = None,
+    cache: StepCache | None = None,
     progress: Progress | None = None,
 ) -> Rebaselined:
     """Re-score the complete baseline recordings in ``episodes`` under ``config`` and write
@@ -179,7 +179,7 @@ def plan_config(candidate: Sequence[VerdictStream]) -> tuple[ScoringConfig | Non
 def rescore_costs(
     baseline_episodes: Paths,
     config: ScoringConfig | None,
-    cache: VerdictCache | None,
+    cache: StepCache | None,
     warnings: list[ReadWarning],
 ) -> dict[str, int | None]:
     """Judge calls a re-score of each complete baseline recording would make, per case

@@ -48,7 +48,7 @@ from litmus_sandbox._runtime.recorder import Recording, Wiring
 from litmus_sandbox._runtime.replay import Cassette
 from litmus_sandbox._runtime.stream import EpisodeStream
 from litmus_sandbox._runtime.tool_calls import ToolResult
-from litmus_sandbox._store.cache import VerdictCache
+from litmus_sandbox._store.step_cache import StepCache
 from litmus_sandbox._store.streams import as_paths
 from litmus_sandbox.judges import ScoringConfig
 from litmus_sandbox.oracles._probe import Probe
@@ -117,8 +117,9 @@ class Sandbox:
         scoring: score each episode as it ends, in the background, under this scoring
             configuration (or policy file): see ``live_scoring.py``. Needs ``verdicts``.
         verdicts: the verdict stream each episode's verdict is appended to.
-        cache: the step-verdict cache ``scoring`` judges through (a path or a
-            :class:`VerdictCache`); give ``score`` the same one to re-score for free.
+        cache: the step-verdict cache ``scoring`` judges through (a path, a
+            ``redis://`` URL, or an open cache); give ``score`` the same one to re-score
+            for free.
     """
 
     def __init__(
@@ -137,7 +138,7 @@ class Sandbox:
         strict_egress: bool | None = None,
         scoring: ScoringConfig | str | os.PathLike[str] | None = None,
         verdicts: str | os.PathLike[str] | None = None,
-        cache: VerdictCache | str | os.PathLike[str] | None = None,
+        cache: StepCache | str | os.PathLike[str] | None = None,
     ) -> None:
         if (scoring is None) != (verdicts is None):
             raise ConfigError("scoring= and verdicts= go together: a policy and where to write")

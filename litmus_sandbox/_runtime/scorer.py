@@ -29,7 +29,7 @@ import anyio
 from litmus_sandbox._model.errors import JudgeError
 from litmus_sandbox._model.records import Episode, Verdict
 from litmus_sandbox._runtime.scoring_job import EpisodeJob, ScoreStats, StepFailure, ask_inline
-from litmus_sandbox._store.cache import CacheKey, VerdictCache
+from litmus_sandbox._store.step_cache import CacheKey, StepCache
 from litmus_sandbox._store.streams import iter_episodes, write_verdicts
 from litmus_sandbox.judges import Judge, ScoringConfig, is_session_judge
 
@@ -88,7 +88,7 @@ def step_error(job: EpisodeJob, f: StepFailure, judge: Judge) -> str:
 
 
 def _score_inline(
-    episode: Episode, config: ScoringConfig, cache: VerdictCache | None, stats: ScoreStats
+    episode: Episode, config: ScoringConfig, cache: StepCache | None, stats: ScoreStats
 ) -> tuple[Verdict | None, EpisodeJob]:
     job = EpisodeJob(episode, config, cache)
     for i in job.pending:
@@ -103,7 +103,7 @@ def _score_inline(
 def score_episode(
     episode: Episode,
     config: ScoringConfig,
-    cache: VerdictCache | None = None,
+    cache: StepCache | None = None,
     stats: ScoreStats | None = None,
 ) -> Verdict:
     """Score one episode under ``config``.
@@ -118,7 +118,7 @@ def score_episode(
 def score_episodes(
     episodes: Iterable[Episode],
     config: ScoringConfig,
-    cache: VerdictCache | None = None,
+    cache: StepCache | None = None,
     stats: ScoreStats | None = None,
     *,
     progress: Progress | None = None,
@@ -140,7 +140,7 @@ def score_episodes(
 def score_all(
     episodes: Iterable[Episode],
     config: ScoringConfig,
-    cache: VerdictCache | None,
+    cache: StepCache | None,
     stats: ScoreStats,
     progress: Progress | None,
 ) -> tuple[list[Verdict | None], list[EpisodeJob]]:
@@ -176,7 +176,7 @@ def score_files(
     config: ScoringConfig,
     out: str | os.PathLike[str],
     *,
-    cache: VerdictCache | None = None,
+    cache: StepCache | None = None,
     progress: Progress | None = None,
 ) -> ScoreStats:
     """Score the episodes in ``paths`` and write a verdict stream to ``out``.

@@ -27,7 +27,7 @@ import msgspec
 
 from litmus_sandbox._core.scoring import Judge, StepJudgment, build_verdict, coverage, step_keys
 from litmus_sandbox._model.records import Episode, StepVerdict, ToolCallStep, Verdict
-from litmus_sandbox._store.cache import CacheKey, VerdictCache
+from litmus_sandbox._store.step_cache import CacheKey, StepCache
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox.judges import ScoringConfig
 from litmus_sandbox.judges._failure import JudgeFailure, failure_attempts, failure_class
@@ -71,7 +71,7 @@ class ScoreStats:
 class EpisodeJob:
     """The scoring of one episode under one configuration (see the module docstring)."""
 
-    def __init__(self, episode: Episode, config: ScoringConfig, cache: VerdictCache | None) -> None:
+    def __init__(self, episode: Episode, config: ScoringConfig, cache: StepCache | None) -> None:
         self.episode = episode
         self.config = config
         n = coverage(episode.steps, config.policy, config.detector)
@@ -134,7 +134,7 @@ class EpisodeJob:
         self.failures.append(StepFailure(ep.episode_id, ep.case_id, i, failure, message, attempts))
         self._open -= 1
 
-    def finish(self, cache: VerdictCache | None, stats: ScoreStats) -> Verdict | None:
+    def finish(self, cache: StepCache | None, stats: ScoreStats) -> Verdict | None:
         """Store the fresh judgments in ``cache`` (None: the driver stored them as they
         came); the verdict, or None when a step failed."""
         if cache is not None:

@@ -51,7 +51,7 @@ from litmus_sandbox._model.records import Episode, Verdict
 from litmus_sandbox._runtime.scoring_job import Asked, EpisodeJob, ScoreStats, ask_inline
 from litmus_sandbox._runtime.scoring_job import with_attempts as _with_attempts
 from litmus_sandbox._runtime.shared_steps import TICK_EVERY, WRITE_GAP, SharedSteps, Tick
-from litmus_sandbox._store.cache import CacheKey, VerdictCache
+from litmus_sandbox._store.step_cache import CacheKey, StepCache
 from litmus_sandbox.judges import Judge, JudgeCall, ScoringConfig, is_session_judge
 from litmus_sandbox.judges._failure import failure_attempts
 
@@ -78,7 +78,7 @@ class ScoringRun:
     def __init__(
         self,
         config: ScoringConfig,
-        cache: VerdictCache | None,
+        cache: StepCache | None,
         stats: ScoreStats,
         *,
         on_verdict: OnVerdict | None = None,

@@ -46,6 +46,7 @@ from litmus_sandbox._store.claims import (
     holder_alive,
     new_owner,
 )
+from litmus_sandbox._store.step_cache import local_files
 
 __all__ = ["CacheKey", "VerdictCache"]
 
@@ -112,6 +113,7 @@ class VerdictCache:
         alive: Callable[[str], bool] = holder_alive,
     ) -> None:
         self.path = os.fspath(path)
+        self.location = self.path
         self.claim_ttl = claim_ttl if claim_ttl is not None else claim_ttl_from_env()
         self.owner = owner if owner is not None else new_owner()
         self._clock = clock
@@ -170,6 +172,10 @@ class VerdictCache:
         unique = set(keys)
         with self._lock, self._guard("reading verdicts"):
             return sum(1 for key in unique if self._db.execute(_GET, key).fetchone() is None)
+
+    def files(self) -> list[Path]:
+        """The database file and SQLite's companions (its journal, WAL and shared memory)."""
+        return local_files(Path(self.path))
 
     def __len__(self) -> int:
         with self._lock, self._guard("counting verdicts"):

@@ -1,0 +1,159 @@
+"""What a step-verdict cache offers, and the one place a cache is opened from its URL.
+
+Theory of operation
+-------------------
+The runtime scores through a :class:`StepCache`: verdicts by ``(judge fingerprint, step
+content hash, context hash)`` (:data:`CacheKey`), and the claims on steps in flight of
+:class:`~litmus_sandbox._store.claims.StepClaims`. Two stores implement it and the
+runtime never asks which it has:
+
+==========================  ==========================================================
+``PATH`` (no scheme)        SQLite file, as always (:class:`VerdictCache`)
+``sqlite:///PATH``          the same; everything after ``sqlite:///`` is the path, as
+                            given (``sqlite:////abs/path``, ``sqlite:///relative``)
+``redis://HOST:PORT/DB``    a Redis server shared by every scorer of a cluster
+``rediss://…``, ``unix://``  the same over TLS, or a Unix socket (``?db=N``)
+==========================  ==========================================================
+
+:func:`open_cache` reads the form and opens the store. The Redis store's module imports
+the ``redis`` client, an extra: without it, opening a ``redis://`` cache raises the
+``ModuleNotFoundError`` the command line turns into its one-line missing-extra error.
+Passwords in a URL are never shown: :func:`display_url` masks them in every message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from litmus_sandbox._core.scoring import StepJudgment
+from litmus_sandbox._model.errors import ConfigError
+from litmus_sandbox._store.claims import CacheKey, StepClaims
+
+__all__ = ["CacheKey", "StepCache", "display_url", "local_files", "open_cache", "sqlite_path"]
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+_SQLITE_PREFIX = "sqlite:///"
+
+
+class StepCache(StepClaims, Protocol):
+    """A step-verdict cache: verdicts by key, claims on steps in flight."""
+
+    #: Where the cache is, for messages: a path, or a URL with any password masked.
+    location: str
+
+    def get(self, key: CacheKey) -> StepJudgment | None:
+        """The stored judgment of ``key``, or None (never stored, or not stored whole)."""
+        ...
+
+    def put(self, key: CacheKey, judgment: StepJudgment) -> None:
+        """Store one judgment."""
+        ...
+
+    def missing(self, keys: Iterable[CacheKey]) -> int:
+        """How many distinct keys have no stored judgment."""
+        ...
+
+    def files(self) -> list[Path]:
+        """The local files this cache writes (none for a networked one)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def close(self) -> None:
+        """Close the connection (or file)."""
+        ...
+
+    def __enter__(self) -> StepCache: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def open_cache(spec: str | os.PathLike[str], *, claim_ttl: float | None = None) -> StepCache:
+    """Open the step-verdict cache named by ``spec`` (see the module docstring).
+
+    Args:
+        spec: a path (a ``Path`` is always a path), ``sqlite:///PATH``, or a Redis URL.
+        claim_ttl: seconds a claim lives (None: ``$LITMUS_CACHE_CLAIM_TTL``, else 30).
+
+    Raises:
+        ConfigError: an unknown scheme, an empty path, or a file that is not a cache.
+        CacheError: the store cannot be opened or reached.
+        ModuleNotFoundError: a Redis URL without the ``redis`` extra installed.
+    """
+    path = sqlite_path(spec)
+    if path is not None:
+        from litmus_sandbox._store.cache import VerdictCache
+
+        return VerdictCache(path, claim_ttl=claim_ttl)
+    from litmus_sandbox._store.redis_cache import RedisVerdictCache
+
+    return RedisVerdictCache(os.fspath(spec), claim_ttl=claim_ttl)
+
+
+def sqlite_path(spec: str | os.PathLike[str]) -> str | None:
+    """The SQLite file ``spec`` names, or None when it names a Redis server.
+
+    Raises:
+        ConfigError: an unknown scheme, or ``sqlite://`` with no path.
+    """
+    if not isinstance(spec, str):
+        return os.fspath(spec)
+    found = _SCHEME.match(spec)
+    if found is None:
+        return spec
+    scheme = found[1].lower()
+    if scheme == "sqlite":
+        path = spec[len(_SQLITE_PREFIX) :] if spec[:10].lower() == _SQLITE_PREFIX else ""
+        if not path:
+            raise ConfigError(
+                f"cache {display_url(spec)!r}: write sqlite:///PATH "
+                "(sqlite:///relative/path or sqlite:////absolute/path)"
+            )
+        return path
+    if scheme in _REDIS_SCHEMES:
+        return None
+    raise ConfigError(
+        f"cache {display_url(spec)!r}: unknown scheme {scheme!r} "
+        "(a path, sqlite:///PATH, redis://HOST:PORT/DB, rediss://… or unix://…)"
+    )
+
+
+def local_files(spec: str | os.PathLike[str]) -> list[Path]:
+    """The local files the cache ``spec`` names would write (none for Redis).
+
+    Raises:
+        ConfigError: as :func:`sqlite_path`.
+    """
+    path = sqlite_path(spec)
+    if path is None or path == ":memory:":
+        return []
+    return [Path(f"{path}{end}") for end in ("", "-wal", "-shm", "-journal")]
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages; never the secret)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unreadable URL>"
+    if parts.password is None and "password=" not in parts.query.lower():
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        name = user.partition(":")[0]
+        netloc = f"{name}:***@{host}"
+    query = urllib.parse.urlencode(
+        [
+            (k, "***" if k.lower() == "password" else v)
+            for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ],
+        safe="*",
+    )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
