@@ -99,6 +99,32 @@ def _ensure_browser() -> None:
             sys.exit("dev.py: apt-get install chromium chromium-driver failed")
 
 
+def _ensure_redis() -> None:
+    """Install ``redis-server``, which the Redis cache's tests start on loopback.
+
+    Only when it is missing, and only on Linux with apt-get (Debian's ``redis-server``;
+    through sudo unless root). Elsewhere one clear line: the Redis tests then fail,
+    naming what is missing, rather than skip. The tests start their own servers; the
+    package's service is not needed.
+    """
+    if shutil.which("redis-server"):
+        return
+    apt = shutil.which("apt-get")
+    if not sys.platform.startswith("linux") or apt is None:
+        print(
+            "dev.py: redis-server not found: the Redis cache's tests need it "
+            "(Debian: apt-get install redis-server)",
+            flush=True,
+        )
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print("dev.py: installing redis-server (apt-get)", flush=True)
+    for cmd in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "redis-server"]):
+        if subprocess.call([*sudo, *cmd], cwd=ROOT, env=env, stdout=subprocess.DEVNULL) != 0:
+            sys.exit("dev.py: apt-get install redis-server failed")
+
+
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py is what tells an old Python so
         sys.exit(f"dev.py: Python 3.11+ is required, this is {sys.version.split()[0]}")
@@ -119,6 +145,7 @@ def main(argv: list[str]) -> int:
         return _run(BIN / "python", ROOT / "examples" / "reproduce_incident.py", *rest)
     _ensure_npm_servers()
     _ensure_browser()
+    _ensure_redis()
     os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # mkdocs-material's banner, every build
     for step in (
         [BIN / "ruff", "check", "."],

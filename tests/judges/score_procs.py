@@ -4,7 +4,8 @@ and the benchmark of a shared, durable cache (``bench/kill_rescore_bench.py``).
 A suite of episodes whose every step names itself (``step E.K``), so a request at the
 endpoint tells which step it judges; a policy with the openai judge on the endpoint; a
 ``score`` process started with its own environment; and the cache file read from
-outside (its stored steps and its claims), as another process sees it.
+outside (its stored steps and its claims), as another process sees it: a SQLite file,
+or a Redis URL.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+import redis
 from factories import end, header, msg
 from judge_endpoint import Reply, Request, default_answer
 
 from litmus_sandbox import JsonlWriter, iter_episodes, load_policy
 from litmus_sandbox._runtime.scorer import covered_keys
+from litmus_sandbox._store.redis_cache import RedisVerdictCache, decode_value
 
 KEY = "sk-procs-0b6d2f"
 _STEP = re.compile(r"step (\d+)\.(\d+)\b")
@@ -85,7 +89,7 @@ def step_keys(episodes: Path, policy: Path) -> dict[tuple[str, str, str], StepId
     return out
 
 
-def score_cmd(episodes: Path, policy: Path, cache: Path, out: Path) -> list[str]:
+def score_cmd(episodes: Path, policy: Path, cache: Path | str, out: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -113,7 +117,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def start(
-    episodes: Path, policy: Path, cache: Path, out: Path, **extra: str
+    episodes: Path, policy: Path, cache: Path | str, out: Path, **extra: str
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         score_cmd(episodes, policy, cache, out),
@@ -130,8 +134,11 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
-def stored(cache: Path) -> set[tuple[str, str, str]]:
-    """The steps the cache file holds verdicts for (read as another process)."""
+def stored(cache: Path | str) -> set[tuple[str, str, str]]:
+    """The steps the cache (a file, or a Redis URL) holds verdicts for, read as another
+    process (on Redis, only values served whole count)."""
+    if isinstance(cache, str):
+        return _stored_in_redis(cache)
     if not cache.exists():
         return set()
     db = sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30)
@@ -144,13 +151,29 @@ def stored(cache: Path) -> set[tuple[str, str, str]]:
     return {(str(j), str(s), str(c)) for j, s, c in rows}
 
 
-def claims(cache: Path) -> list[tuple[str, float]]:
-    """Every claim in the cache file: holder and expiry (wall clock)."""
+def claims(cache: Path | str) -> list[tuple[str, float]]:
+    """Every claim in the cache (a file, or a Redis URL): holder and expiry (wall clock)."""
+    if isinstance(cache, str):
+        with RedisVerdictCache(cache) as c:
+            return [(holder, expiry) for _, holder, expiry in c.claims()]
     db = sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30)
     try:
         return [(str(o), float(e)) for o, e in db.execute("SELECT owner, expires FROM step_claims")]
     finally:
         db.close()
+
+
+def _stored_in_redis(url: str) -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
+    client = redis.Redis.from_url(url)
+    try:
+        for name in client.scan_iter(match="litmus-sandbox:verdict:*", count=1000):
+            key = msgspec.json.decode(name.partition(b":verdict:")[2], type=tuple[str, str, str])
+            if decode_value(key, client.get(name)) is not None:
+                out.add(key)
+    finally:
+        client.close()
+    return out
 
 
 def connections_done() -> bool:
