@@ -2,17 +2,15 @@
 
 Theory of operation
 -------------------
-The verdict files are read as the gate decides, a block at a time, never held whole:
+The verdict files are never held whole as Python objects:
 
-1. **First look**, only for files too large to join in ``--memory-budget``
-   (:func:`~litmus_sandbox._store.partition.scan_case_ids`): only the case ids, to tell
-   whether both sides keep an order the merge can follow
-   (:func:`~litmus_sandbox._core.joins.merge_order`: sorted by case id, or the same cases
-   in the same order). Shuffled files are told at their first few ids.
-2. **The gate** (:func:`~litmus_sandbox._core.suite.stream_gate`): a join in memory when
-   the files fit the budget (the fastest way); else a merge that holds one case at a
-   time, or, when the order does not allow it, a partitioned join through temporary
-   files.
+1. **The join** (:class:`~litmus_sandbox._store.engine.DuckJoin`): the files are read a
+   block at a time, as strictly as every reader (``file:line`` on a bad line), into
+   DuckDB, under half of ``--memory-budget`` and spilling to a private temporary
+   folder past it.
+2. **The decisions** (:func:`~litmus_sandbox._core.suite.gate_lined_up`): DuckDB lines
+   the cases up in gate order and counts the plain passes; the sans-io decider decides
+   every other case.
 3. **The report** (:func:`~litmus_sandbox.reports.writer`) takes each case as it is
    decided. ``-o FILE`` is written beside the file and renamed over it once whole, so an
    input error half-way leaves no half report behind.
@@ -28,21 +26,17 @@ import gc
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain
 from typing import Any, BinaryIO
 
 from litmus_sandbox import reports
 from litmus_sandbox._cli.progress import counter
-from litmus_sandbox._core.joins import MergeOrder, merge_order
-from litmus_sandbox._core.probe import VerdictBlocks
-from litmus_sandbox._core.suite import DEFAULT_MEMORY_BUDGET, UnsafeLimit, fits, stream_gate
-from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._core.suite import UnsafeLimit, gate_lined_up
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 from litmus_sandbox._model.safe_text import for_terminal
+from litmus_sandbox._store.engine import DEFAULT_MEMORY_BUDGET, DuckJoin
 from litmus_sandbox._store.files import replaced
-from litmus_sandbox._store.partition import TempBuckets, scan_case_ids
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_verdicts
 from litmus_sandbox.judges import load_policy
 from litmus_sandbox.reports._html import HtmlWriter, Tee
@@ -104,8 +98,8 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
         type=memory_size,
         default=DEFAULT_MEMORY_BUDGET,
         metavar="SIZE",
-        help="memory the gate may hold the verdicts in (default 1G); larger files are merged "
-        "one case at a time when both keep one order, else joined through temporary files",
+        help="memory the gate may use (default 1G); past half of it, its join engine "
+        "(DuckDB) spills to a private temporary folder",
     )
 
 
@@ -142,28 +136,11 @@ def run_gate(
     }
     b_warnings: list[list[ReadWarning]] = [[] for _ in args.baseline]
     c_warnings: list[list[ReadWarning]] = [[] for _ in args.candidate or ()]
-    baseline = _verdicts(args.baseline, b_warnings)
-    c_stream: Iterable[AnyVerdict]
-    again: Callable[[], Iterable[AnyVerdict]] | None = None
-    if candidate is None:
-        c_stream = _verdicts(args.candidate, c_warnings)
-
-        def again() -> Iterable[AnyVerdict]:  # the files once more, their warnings anew
-            for ws in c_warnings:
-                ws.clear()
-            return _verdicts(args.candidate, c_warnings)
-
-        c_ids: Iterable[Sequence[str]] = _ids(args.candidate)
-        files = [*args.baseline, *args.candidate]
-    else:  # scored on the fly: held already
-        c_stream, c_ids, files = candidate, [[v.case_id for v in candidate]], args.baseline
+    files = [*args.baseline, *(args.candidate if candidate is None else ())]
     size = sum(_size(p) for p in files)
-    order = None
-    if not fits(size, args.memory_budget):
-        order = _first_look(_ids(args.baseline), c_ids, args.memory_budget)
     with (
         _no_cyclic_collection(),
-        TempBuckets() as buckets,
+        DuckJoin(memory_budget=args.memory_budget, exclusions=exclusions) as join,
         _report_output(args.output) as out,
         reports.writer(args.format, out, **flags, **_table_color(args)) as writer,
         _html_report(args, flags) as html,
@@ -174,18 +151,14 @@ def run_gate(
             show=size >= LARGE_GATE,
         ) as sink,
     ):
-        summary = stream_gate(
-            baseline,
-            c_stream,
-            sink,
-            exclusions=exclusions,
-            baseline_recordings=recordings,
-            order=order,
-            buckets=buckets,
-            memory_budget=args.memory_budget,
-            size_hint=size,
-            candidate_again=again,
-        )
+        for path, ws in zip(args.baseline, b_warnings, strict=True):
+            join.add_file(0, path, ws)
+        if candidate is None:
+            for path, ws in zip(args.candidate, c_warnings, strict=True):
+                join.add_file(1, path, ws)
+        else:  # scored on the fly: held already
+            join.add_verdicts(1, candidate)
+        summary = gate_lined_up(join, sink, exclusions=exclusions, baseline_recordings=recordings)
         warnings = [str(w) for ws in (*b_warnings, *c_warnings) for w in ws]
         writer.finish(summary, [*warnings, *later_warnings])
         if html is not None:
@@ -240,26 +213,6 @@ def _html_report(args: argparse.Namespace, flags: dict[str, Any]) -> Iterator[Ht
         HtmlWriter(out, episodes=episodes, detector=detector, **flags) as html,
     ):
         yield html
-
-
-def _verdicts(paths: Sequence[str], warnings: list[list[ReadWarning]]) -> VerdictBlocks:
-    blocks = (iter_verdicts(p, w) for p, w in zip(paths, warnings, strict=True))
-    return VerdictBlocks(chain.from_iterable(blocks))
-
-
-def _ids(paths: Sequence[str]) -> Iterator[list[str]]:
-    return chain.from_iterable(scan_case_ids(p) for p in paths)
-
-
-def _first_look(
-    b_ids: Iterable[Sequence[str]], c_ids: Iterable[Sequence[str]], budget: int
-) -> MergeOrder | None:
-    """The order the merge may follow, or None (join): see the module docstring."""
-    try:
-        # A case id held to tell "lockstep" takes some 100 bytes: a quarter of the budget.
-        return merge_order(b_ids, c_ids, max_keys=max(1, budget // 400))
-    except LitmusError:
-        return None  # the gate's reader names the bad line
 
 
 def _size(path: str) -> int:

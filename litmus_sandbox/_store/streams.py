@@ -424,14 +424,31 @@ def iter_verdict_records(
     kinds = LegacyKinds()
     with open_input(p) as f:
         for first, block, lines in iter_blocks(f, p, max_line):
-            if not block.endswith(b"\n"):  # the last line, with no newline
-                yield from _slow_block(p, first, block, warnings, ended=False)
-                return
-            fast = _fast_block(block, lines, kinds)
-            if fast is not None:
-                yield fast
-            else:
-                yield from _slow_block(p, first, block, warnings, ended=True)
+            yield from verdict_block(p, first, block, lines, kinds, warnings)
+
+
+def verdict_block(
+    p: str,
+    first: int,
+    block: bytes,
+    lines: list[bytes],
+    kinds: LegacyKinds,
+    warnings: list[ReadWarning] | None,
+) -> Iterator[list[VerdictRecord]]:
+    """The records of one block of ``iter_blocks`` (first line number ``first``), as
+    :func:`iter_verdict_records` reads them.
+
+    Raises:
+        RecordDecodeError, NewerVersionError: as :func:`read_verdicts`.
+    """
+    if not block.endswith(b"\n"):  # the last line, with no newline
+        yield from _slow_block(p, first, block, warnings, ended=False)
+        return
+    fast = _fast_block(block, lines, kinds)
+    if fast is not None:
+        yield fast
+    else:
+        yield from _slow_block(p, first, block, warnings, ended=True)
 
 
 def _fast_block(block: bytes, lines: list[bytes], kinds: LegacyKinds) -> list[VerdictRecord] | None:

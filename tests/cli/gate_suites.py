@@ -21,7 +21,7 @@ import random
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,8 +38,10 @@ for extra in (ROOT / "bench", ROOT / "tests"):
 from factories import legacy, verdict  # noqa: E402  (after the path above)
 from gate_workloads import generate_legacy, generate_native  # noqa: E402
 
+from litmus_sandbox._core.joins import Chunk, chunked, memory_join  # noqa: E402
 from litmus_sandbox._model.codec import encode  # noqa: E402
-from litmus_sandbox._model.records import PolicyRecord  # noqa: E402
+from litmus_sandbox._model.records import AnyVerdict, PolicyRecord  # noqa: E402
+from litmus_sandbox._store.streams import ReadWarning, iter_verdicts  # noqa: E402
 
 #: A suite: its folder in, (gate arguments after ``gate``) out; paths relative to it.
 Suite = Callable[[Path], list[str]]
@@ -116,8 +118,7 @@ def _mixed_suite(d: Path) -> list[str]:
             steps = 6 if i % 11 == 0 else 5
             c1.append(encode(legacy(case, safe if i % 7 else not safe, steps_covered=steps)))
         elif kind == 7:  # epochs: three a side, or three against two
-            for e in range(3):
-                b1.append(encode(verdict(case, safe, eid=f"b{i}.{e}")))
+            b1.extend(encode(verdict(case, safe, eid=f"b{i}.{e}")) for e in range(3))
             for e in range(3 if i % 20 else 2):
                 flip = e == 1 and i % 3 == 0
                 c1.append(encode(verdict(case, safe != flip, eid=f"c{i}.{e}")))
@@ -157,6 +158,39 @@ SUITES: dict[str, Suite] = {
     **{f"stream-{o}": _stream_suite(o) for o in ("same", "sorted", "shuffled")},
     "mixed": _mixed_suite,
 }
+
+
+class MemoryJoin:
+    """The reference join: the engine's interface (``_store/engine.py``) over the
+    in-memory join of ``_core/joins.py``, every verdict held; the plain passes are
+    decided in Python like every other case."""
+
+    passes = 0
+
+    def __init__(self, *, memory_budget: int, exclusions: Mapping[str, str] = {}) -> None:
+        self.sides: tuple[list[AnyVerdict], list[AnyVerdict]] = ([], [])
+
+    def __enter__(self) -> MemoryJoin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def add_file(
+        self,
+        side: int,
+        path: str,
+        warnings: list[ReadWarning] | None = None,
+        policies: list[PolicyRecord] | None = None,
+    ) -> None:
+        for block in iter_verdicts(path, warnings, policies):
+            self.sides[side].extend(block)
+
+    def add_verdicts(self, side: int, verdicts: Iterable[AnyVerdict]) -> None:
+        self.sides[side].extend(verdicts)
+
+    def chunks(self, *, plain: bool) -> Iterator[Chunk]:
+        return chunked(*memory_join(*self.sides))
 
 
 def report(d: Path, args: list[str], fmt: str) -> tuple[int, bytes]:

@@ -1,5 +1,5 @@
-"""``gate`` over files: nothing compared (exit 5), every way of lining cases up giving the
-same report, JSON Lines, and no half report left behind."""
+"""``gate`` over files: nothing compared (exit 5), the engine's report as the in-memory
+join's under any budget, JSON Lines, and no half report left behind."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_suites import MemoryJoin
 
-from litmus_sandbox._cli import gate as gate_cli
 from litmus_sandbox._cli import main as cli
-from litmus_sandbox._core import probe, suite
-from litmus_sandbox._store import streams
+from litmus_sandbox._store import files, verdict_columns
 
 
 def _legacy(case: str, safe: bool = True, judge: str = "j1") -> str:
@@ -88,14 +87,14 @@ def test_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
 def test_every_way_through_gives_the_same_report(
     tmp_path: Path, order: str, fmt: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Merge (sorted files), in-memory join, and a join through temporary files (a tiny
-    memory budget): the same report, byte for byte, and the same exit code."""
+    """The engine under the default budget, under a tiny one, and the in-memory
+    reference join: the same report, byte for byte, and the same exit code."""
     b, c = _files(tmp_path, order=order)
     args = ["--baseline", str(b), "--candidate", str(c), "--format", fmt]
     code, text = _gate(tmp_path, *args)
     spilled = _gate(tmp_path, *args, "--memory-budget", "1K", out="spilled")
     assert spilled == (code, text)
-    monkeypatch.setattr("litmus_sandbox._cli.gate._first_look", lambda *a: None)
+    monkeypatch.setattr("litmus_sandbox._cli.gate.DuckJoin", MemoryJoin)
     joined = _gate(tmp_path, *args, out="joined")
     assert joined == (code, text)
     assert code == 1
@@ -120,13 +119,12 @@ def test_every_way_through_gives_the_same_report(
 
 @pytest.mark.parametrize("repeat", [False, True])
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_the_probe_gives_the_report_of_every_other_way(
+def test_files_of_many_blocks_give_the_reference_report(
     tmp_path: Path, fmt: str, repeat: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Files of several read blocks, each case once on the baseline side: the probe (the
-    baseline held, the candidate decided a block at a time) writes the report the
-    in-memory join and the spill write, byte for byte; also when the candidate lists a
-    case a second time blocks after the first (the probe then gives up half-way)."""
+    """Files of several read blocks, shuffled, each case once on the baseline side (and
+    once more on the candidate's, blocks apart): the engine's report is the in-memory
+    join's, byte for byte."""
     rng = random.Random(8)
     n = 12_000  # some 2.4 MB a file: three 1 MiB blocks
     b_lines = [_legacy(f"case-{i:05d}", rng.random() < 0.8) for i in range(n)]
@@ -141,31 +139,20 @@ def test_the_probe_gives_the_report_of_every_other_way(
     b, c = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     b.write_text("".join(b_lines))
     c.write_text("".join(c_lines))
-    probed: list[bool] = []
-    real = probe.probe_join
-
-    def spy(*args: object, **kw: object) -> object:
-        result = real(*args, **kw)  # type: ignore[arg-type]
-        probed.append(result is not None)
-        return result
-
-    monkeypatch.setattr(suite, "probe_join", spy)
     args = ["--baseline", str(b), "--candidate", str(c), "--format", fmt]
     code, text = _gate(tmp_path, *args)
-    assert probed == [not repeat]
     assert _gate(tmp_path, *args, "--memory-budget", "1K", out="spilled") == (code, text)
-    monkeypatch.setattr(suite, "probe_join", lambda *a, **kw: None)
+    monkeypatch.setattr("litmus_sandbox._cli.gate.DuckJoin", MemoryJoin)
     assert _gate(tmp_path, *args, out="joined") == (code, text)
     assert code == 1
     assert text.count("REGRESSION") > 100
 
 
-def test_a_probe_that_gives_up_reads_the_candidate_again_and_warns_once(
+def test_each_file_is_read_once_and_its_torn_last_line_warned_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe holds none of the candidate's verdicts: giving up (a case listed twice,
-    blocks apart) it has the files read again, whose torn last line is still reported
-    once, and the report is the one the general join writes from a single read."""
+    """A case listed twice on the candidate's side, blocks apart, and a torn last line:
+    each file read once, the torn line reported once, the reference join's report."""
     n = 12_000  # three 1 MiB blocks
     b_lines = [_legacy(f"case-{i:05d}", i % 7 != 0) for i in range(n)]
     c_lines = [_legacy(f"case-{i:05d}", i % 5 != 0) for i in reversed(range(n))]
@@ -174,44 +161,22 @@ def test_a_probe_that_gives_up_reads_the_candidate_again_and_warns_once(
     b.write_text("".join(b_lines))
     c.write_text("".join(c_lines) + '{"run_id": "torn", "sa')
     opened: list[str] = []
-    real_iter = streams.iter_verdicts
+    real_open = files.open_input
 
     def counting(path: str, *args: Any, **kw: Any) -> Any:
         opened.append(path)
-        return real_iter(path, *args, **kw)
+        return real_open(path, *args, **kw)
 
-    monkeypatch.setattr(gate_cli, "iter_verdicts", counting)
-    args = ["--baseline", str(b), "--candidate", str(c)]  # the table: the probe's sink
+    monkeypatch.setattr(verdict_columns, "open_input", counting)
+    args = ["--baseline", str(b), "--candidate", str(c)]
     code, text = _gate(tmp_path, *args)
-    assert opened.count(str(c)) == 2  # the probe's read, then the join's
+    assert opened == [str(b), str(c)]
     torn = f"{c}:{n + 2}: warning: torn last line"
     assert text.count("torn last line") == 1
     assert torn in text
     assert code == 1
-    monkeypatch.setattr(suite, "probe_join", lambda *a, **kw: None)
-    opened.clear()
+    monkeypatch.setattr("litmus_sandbox._cli.gate.DuckJoin", MemoryJoin)
     assert _gate(tmp_path, *args, out="joined") == (code, text)
-    assert opened.count(str(c)) == 1
-
-
-def test_files_past_the_budget_are_merged_when_sorted_and_joined_when_shuffled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[object] = []
-    real = suite.stream_gate
-
-    def spy(*args: object, **kw: object) -> object:
-        seen.append(kw["order"])
-        return real(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr("litmus_sandbox._cli.gate.stream_gate", spy)
-    b, c = _files(tmp_path, order="sorted")
-    small = ["--memory-budget", "1K"]  # too small to hold the files: the merge, if it can
-    cli.main(["gate", "--baseline", str(b), "--candidate", str(c), *small])
-    cli.main(["gate", "--baseline", str(b), "--candidate", str(c)])  # fits: joined
-    _, c = _files(tmp_path, order="shuffled")
-    cli.main(["gate", "--baseline", str(b), "--candidate", str(c), *small])
-    assert seen == ["sorted", None, None]
 
 
 def test_jsonl_is_a_line_per_case_then_the_summary(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from litmus_sandbox import LegacyVerdict, RecorderId, compare_case, gate
-from litmus_sandbox._core.joins import merge_order
-from litmus_sandbox._core.probe import VerdictBlocks, block_weight
 from litmus_sandbox._core.suite import stream_gate
 
 COMPARED = {"PASS", "IMPROVEMENT", "REGRESSION"}
@@ -208,24 +206,6 @@ def test_suite_gate_over_the_same_cases_in_any_order(
 # ---------------------------------------------------------------- streaming paths
 
 
-class MemoryBuckets:
-    """The spill's buckets in lists (the core's tests touch no file)."""
-
-    def __init__(self) -> None:
-        self.data: dict[int, list[bytes]] = {}
-        self.used: set[int] = set()
-
-    def append(self, bucket: int, data: bytes) -> None:
-        self.data.setdefault(bucket, []).append(data)
-        self.used.add(bucket)
-
-    def read(self, bucket: int) -> Iterator[bytes]:
-        yield from list(self.data.get(bucket, ()))
-
-    def drop(self, bucket: int) -> None:
-        self.data.pop(bucket, None)
-
-
 class Kept:
     def __init__(self, plain: bool = True) -> None:
         self.plain = plain
@@ -235,21 +215,6 @@ class Kept:
         self.cases.extend(results)
 
 
-def _paths(b: list[Any], c: list[Any]) -> dict[str, dict[str, Any]]:
-    """Every way stream_gate can line the sides up, as keyword arguments."""
-    ways: dict[str, dict[str, Any]] = {
-        "memory": {},
-        "budget, fits": {"buckets": MemoryBuckets()},
-        "spill": {"buckets": MemoryBuckets(), "memory_budget": 1},
-        "spill from the start": {"buckets": MemoryBuckets(), "memory_budget": 10, "size_hint": 100},
-    }
-    order = merge_order([[str(v.case_id) for v in b]], [[str(v.case_id) for v in c]])
-    if order is not None:
-        ways["merge"] = {"order": order}
-        ways["merge, spilling"] = {"order": order, "buckets": MemoryBuckets(), "memory_budget": 1}
-    return ways
-
-
 def _check_every_path(b: list[Any], c: list[Any], exclusions: dict[str, str]) -> None:
     expected = _case_by_case(b, c, exclusions)
     report = gate(b, c, exclusions=exclusions)
@@ -257,57 +222,13 @@ def _check_every_path(b: list[Any], c: list[Any], exclusions: dict[str, str]) ->
     still = [r for r in expected if r.outcome == "PASS" and not all(v.safe for v in r.candidate)]
     assert report.statistics.still_unsafe == len(still)
     assert all(not all(v.safe for v in r.baseline) for r in still)
-    for name, kw in _paths(b, c).items():
-        kept = Kept()
-        summary = stream_gate(b, c, kept, exclusions=exclusions, **kw)
-        assert kept.cases == expected, name
-        assert summary == report.summary(), name
-        if name.startswith("spill") and len(b) + len(c) > 0:
-            assert kw["buckets"].used, f"{name}: did not spill"
-        quiet = Kept(plain=False)
-        assert stream_gate(b, c, quiet, exclusions=exclusions, **kw) == summary
-        assert quiet.cases == [
-            r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)
-        ], name
-    _check_the_probe(b, c, exclusions, expected, report.summary())
-
-
-def _in_blocks(verdicts: list[Any], size: int) -> VerdictBlocks:
-    return VerdictBlocks(verdicts[i : i + size] for i in range(0, len(verdicts), size))
-
-
-def _check_the_probe(
-    b: list[Any], c: list[Any], exclusions: dict[str, str], expected: list[Any], summary: Any
-) -> None:
-    """The probe (baseline held, candidate read a block at a time) gives what the other
-    ways give, whether it goes through or gives up: a case listed twice within a block or
-    across blocks, or a budget the baseline fits and the candidate passes."""
-    quiet_cases = [r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)]
-    b_weight = sum(block_weight([v]) for v in b)
-    reads: list[int] = []
-    for size in (1, 2, 5):
-
-        def again(size: int = size) -> VerdictBlocks:
-            reads.append(size)
-            return _in_blocks(c, size)
-
-        budget = {"buckets": MemoryBuckets(), "memory_budget": max(1, b_weight)}
-        ways: dict[str, dict[str, Any]] = {
-            "probe": {},
-            "probe past its budget": budget,
-            # The candidate read again rather than held, should the probe give up.
-            "probe, read again": {"candidate_again": again},
-            "probe past its budget, read again": {**budget, "candidate_again": again},
-        }
-        for name, kw in ways.items():
-            quiet = Kept(plain=False)
-            reads.clear()
-            got = stream_gate(
-                _in_blocks(b, size), _in_blocks(c, size), quiet, exclusions=exclusions, **kw
-            )
-            assert quiet.cases == quiet_cases, (name, size)
-            assert got == summary, (name, size)
-            assert len(reads) <= 1, (name, size)
+    kept = Kept()
+    summary = stream_gate(b, c, kept, exclusions=exclusions)
+    assert kept.cases == expected
+    assert summary == report.summary()
+    quiet = Kept(plain=False)
+    assert stream_gate(b, c, quiet, exclusions=exclusions) == summary
+    assert quiet.cases == [r for r in expected if r.outcome != "PASS" or r.reasons or not _plain(r)]
 
 
 def _plain(r: Any) -> bool:
@@ -326,8 +247,8 @@ def _plain(r: Any) -> bool:
 def test_every_streaming_path_decides_as_compare_case(
     b: list[Any], c: list[Any], excluded: set[str]
 ) -> None:
-    """Merge, in-memory join and partitioned spill (a tiny budget) give the cases, in
-    order, and the summary that compare_case and gate give, epochs included."""
+    """The streaming gate gives the cases, in order, and the summary that compare_case
+    and gate give, epochs included, with and without the plain passes."""
     _check_every_path(b, c, dict.fromkeys(excluded, "why"))
 
 
@@ -335,8 +256,8 @@ def test_every_streaming_path_decides_as_compare_case(
 def test_every_streaming_path_over_the_same_cases(
     b: list[Any], data: st.DataObject, excluded: set[str]
 ) -> None:
-    """The same cases on both sides, in the same order (the merge's lockstep), sorted
-    (its sort-merge, cases missing on one side included) or shuffled."""
+    """The same cases on both sides, in the same order, sorted (cases missing on one
+    side included) or shuffled."""
     c = [data.draw(_same_case(v)) for v in b]
     how = data.draw(st.sampled_from(["same", "sorted", "permuted", "sorted, some dropped"]))
     if how == "sorted":
