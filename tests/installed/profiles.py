@@ -102,6 +102,10 @@ def _run(*cmd: str | Path, cwd: Path = ROOT) -> None:
 def build_wheel(out: Path, source: Path = ROOT) -> Path:
     """Build a wheel of ``source`` (a tree or an unpacked sdist) into ``out``; its path."""
     out.mkdir(parents=True, exist_ok=True)
+    # setuptools copies the sources into build/lib and never removes what was deleted
+    # since: a module gone from the tree would still ship.
+    for stale in (source / "build" / "lib", *(source / "build").glob("bdist.*")):
+        shutil.rmtree(stale, ignore_errors=True)
     _run(
         sys.executable,
         "-m",
