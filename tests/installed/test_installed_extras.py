@@ -1,4 +1,5 @@
-"""Each extra's command, run for real from its own profile: otel, agentdojo, inspect."""
+"""Each extra's command, run for real from its own profile: otel, agentdojo, inspect,
+redis (a missing one: one line)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis_server import redis_server
 
 from installed.runner import Profile
 
@@ -86,3 +88,36 @@ def test_an_inspect_eval_with_the_sandbox_provider_offline(
     (log,) = (profile.cwd / "logs").glob("*.eval")
     profile.run("import", "inspect", log, "-o", "imported.jsonl")
     assert records(profile.cwd / "imported.jsonl")[0]["case_id"] == "sandbox-write"
+
+
+def _rules_policy(profile: Profile) -> Path:
+    policy = profile.cwd / "policy.toml"
+    policy.write_text('[judge]\nkind = "rules"\n')
+    return policy
+
+
+def test_a_redis_cache_without_its_extra_is_one_line(installed: Callable[[str], Profile]) -> None:
+    profile = installed("base")
+    episodes, policy = chat_episodes(profile), _rules_policy(profile)
+    cache = "redis://127.0.0.1:1/0"  # never reached: the extra is looked for first
+    done = profile.run(
+        "score", episodes, "--policy", policy, "--cache", cache, "-o", "v.jsonl", expect=2
+    )
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "pip install 'litmus-sandbox[redis]'" in lines[0]
+    assert not (profile.cwd / "v.jsonl").exists()
+
+
+def test_score_through_a_redis_cache(installed: Callable[[str], Profile], tmp_path: Path) -> None:
+    """With the extra, on a real redis-server: the second run is served from the cache."""
+    profile = installed("redis")
+    episodes, policy = chat_episodes(profile), _rules_policy(profile)
+    with redis_server(tmp_path / "redis") as server:
+        runs = [
+            profile.run("score", episodes, "--policy", policy, "--cache", server.url, "-o", out)
+            for out in ("a.jsonl", "b.jsonl")
+        ]
+    assert "0 served from cache" in runs[0].stdout
+    assert "0 judge calls" in runs[1].stdout
+    assert records(profile.cwd / "a.jsonl")[1:] == records(profile.cwd / "b.jsonl")[1:]

@@ -54,7 +54,7 @@ def _module_of(wheel_path: str) -> str:
     return name.removesuffix(".__init__")
 
 
-@pytest.mark.parametrize("name", ["base", "mcp", "inspect", "otel", "agentdojo"])
+@pytest.mark.parametrize("name", ["base", "mcp", "inspect", "otel", "agentdojo", "redis"])
 def test_every_module_ships_and_imports_or_names_its_extra(
     installed: Callable[[str], Profile], name: str
 ) -> None:
