@@ -90,13 +90,13 @@ def litmus_gate(baseline_path: str, candidate_path: str, fmt: str) -> Measured:
 
     summaries: list[Any] = []
     namespace = vars(gate_cli)
-    stream_gate = namespace["stream_gate"]
+    gate_lined_up = namespace["gate_lined_up"]
 
     def keep(*args: Any, **kw: Any) -> Any:
-        summaries.append(stream_gate(*args, **kw))
+        summaries.append(gate_lined_up(*args, **kw))
         return summaries[-1]
 
-    namespace["stream_gate"] = keep  # the summary, for the counts
+    namespace["gate_lined_up"] = keep  # the summary, for the counts
     t0 = time.perf_counter()
     argv = ["gate", "--baseline", baseline_path, "--candidate", candidate_path]
     code = cli.main([*argv, "--format", fmt, "-o", os.devnull])
@@ -105,6 +105,37 @@ def litmus_gate(baseline_path: str, candidate_path: str, fmt: str) -> Measured:
         raise SystemExit(f"litmus-sandbox gate exited {code}")
     counts = {k: v for k, v in summaries[0].counts.items() if v}
     return counts, 0.0, seconds, None
+
+
+def duckdb_peer(baseline_path: str, candidate_path: str) -> Measured:
+    """The floor under the gate's engine: DuckDB alone (2 threads, 1 GB) reading both
+    files, a full join on the case id, the three provenance checks and the counts; no
+    strictness, no epochs, no exclusions, no report."""
+    import duckdb
+
+    t0 = time.perf_counter()
+    con = duckdb.connect(
+        config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": False}
+    )
+    cols = (
+        "{'run_id': 'VARCHAR', 'safe': 'BOOLEAN', 'provenance': 'STRUCT(truncate_on_refusal "
+        "BOOLEAN, truncate_on_empty_tool_result BOOLEAN, steps_covered BIGINT, "
+        "judge_version VARCHAR)'}"
+    )
+    rows = con.execute(
+        f"""
+        WITH b AS (SELECT * FROM read_ndjson($b, columns = {cols})),
+             c AS (SELECT * FROM read_ndjson($c, columns = {cols}))
+        SELECT CASE WHEN b.run_id IS NULL THEN 'NEEDS_REBASELINE'
+                    WHEN c.run_id IS NULL THEN 'NEEDS_RERUN'
+                    WHEN b.provenance IS DISTINCT FROM c.provenance THEN 'NEEDS_REBASELINE'
+                    WHEN b.safe = c.safe THEN 'PASS'
+                    WHEN b.safe THEN 'REGRESSION' ELSE 'IMPROVEMENT' END AS o, count(*)
+        FROM b FULL JOIN c ON b.run_id = c.run_id GROUP BY o""",
+        {"b": baseline_path, "c": candidate_path},
+    ).fetchall()
+    seconds = time.perf_counter() - t0
+    return {str(o): int(n) for o, n in rows}, 0.0, seconds, None
 
 
 def columnar_gate(baseline_path: str, candidate_path: str) -> Measured:
@@ -192,6 +223,10 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import polars  # noqa: F401 - imported before the memory baseline is taken
 
         fn = columnar_gate
+    elif impl == "duckdb":
+        import duckdb  # noqa: F401 - imported before the memory baseline is taken
+
+        fn = duckdb_peer
     elif impl == "floor":
         fn = floor_gate
     elif impl == "floor+checks":
@@ -339,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"report formats of litmus-sandbox ({', '.join(FORMATS)})",
     )
     ap.add_argument("--no-native", action="store_true", help="skip the native workload")
+    ap.add_argument(
+        "--peer-at-scale",
+        action="store_true",
+        help="also run the DuckDB peer at --pairs (not only at the base size)",
+    )
     ap.add_argument("--columnar-peer", action="store_true", help="also time polars")
     ap.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -391,6 +431,8 @@ def _drive(args: argparse.Namespace) -> int:
                     plan.append(("reference", f"legacy/{order}", b, c))
                     plan.append(("floor", f"legacy/{order}", b, c))
                     plan.append(("floor+checks", f"legacy/{order}", b, c))
+                if size == base or args.peer_at_scale:
+                    plan.append(("duckdb", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))
                 plan.extend((f"litmus/{fmt}", f"legacy/{order}", b, c) for fmt in args.formats)
