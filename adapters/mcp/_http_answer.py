@@ -2,8 +2,8 @@
 
 A relayed request waits for its answer within a deadline, and a stop cuts the wait short
 (``Waiting``; only waits for the server count, never writes to the client). On an event
-stream the answer is one of the events, found as the stream is relayed (``EventWatch``,
-through gzip or deflate too). A body is read as the server sent it (``read_raw``), and a
+stream the answer is one of the events, found as the stream is relayed event by event
+(``EventWatch``, through gzip or deflate too). A body is read as the server sent it (``read_raw``), and a
 ``tools/list`` answer is looked up in a JSON or event-stream body (``listing_result``).
 """
 
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 import httpx
 import msgspec
 
-from ._jsonrpc import id_key, parse
+from ._jsonrpc import Message, id_key, parse
 from ._recording import decode_envelope
+from ._relay import Relay
 from ._relay._limits import DEFAULT_MAX_DEPTH, too_deep
+from ._relay._states import Pending
 from ._sse import SseSplitter, event_data
 
 T = TypeVar("T")
@@ -111,7 +114,6 @@ class Unanswered(Exception):
         *,
         cut_off: str | None = None,
         invalid_utf8: bool = False,
-        mid_event: bool = False,
         reply: bytes | None = None,
     ) -> None:
         super().__init__(cut_off or "no answer")
@@ -119,8 +121,6 @@ class Unanswered(Exception):
         self.invalid_utf8 = invalid_utf8
         #: The answer the relay core gave the client instead (its deadline passed).
         self.reply = reply
-        #: Whether part of an event (or of an encoded stream) already went to the client.
-        self.mid_event = mid_event
 
 
 class Waiting:
@@ -168,39 +168,56 @@ class Waiting:
 
 
 class EventWatch:
-    """Finds the event answering a request in a stream as it is relayed."""
+    """Splits an event stream into whole events as it is relayed (through gzip or
+    deflate too: the events come out decoded), so that each is read whole before any of
+    it is relayed."""
 
-    def __init__(self, decode: Callable[[bytes], bytes]) -> None:
+    def __init__(self, decode: Callable[[bytes], bytes], encoded: bool) -> None:
         self._decode = decode
         self._splitter = SseSplitter()
+        #: Whether the stream is compressed (its events are relayed decoded).
+        self.encoded = encoded
 
     @classmethod
     def of(cls, encoding: str) -> EventWatch | None:
         """For a stream sent with ``encoding`` (None: one this proxy cannot read)."""
-        if encoding in ("identity", ""):
-            return cls(lambda chunk: chunk)
-        if encoding in ("gzip", "x-gzip", "deflate"):
+        coding = encoding.strip().lower()
+        if coding in ("identity", ""):
+            return cls(lambda chunk: chunk, encoded=False)
+        if coding in ("gzip", "x-gzip", "deflate"):
             inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
-            return cls(inflate.decompress)
+            return cls(inflate.decompress, encoded=True)
         return None
-
-    @property
-    def mid_event(self) -> bool:
-        return bool(self._splitter.buffered())
 
     @property
     def buffered(self) -> int:
         """Bytes of the event being read (held until it ends)."""
         return self._splitter.buffered()
 
-    def answered(self, chunk: bytes, request_id: Any) -> bytes | None:
-        """The data of the event answering ``request_id`` if ``chunk`` completes it
-        (``b""``: the stream turned unreadable, which stops the wait); else None."""
-        try:
-            plain = self._decode(chunk)
-        except zlib.error:
-            return b""  # unreadable after all: stop waiting rather than cut it
-        for event in self._splitter.feed(plain):
-            if answers(event, request_id):
-                return event_data(event)
-        return None
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The whole events ``chunk`` completes, decoded, in order.
+
+        Raises:
+            zlib.error: the stream cannot be decoded after all.
+        """
+        return self._splitter.feed(self._decode(chunk))
+
+
+#: Response headers an event stream relayed event by event drops: its length may change
+#: (cut off, or the proxy's error after it), and a compressed one goes decoded.
+LENGTH_HEADERS = frozenset({b"content-length"})
+ENCODED_HEADERS = LENGTH_HEADERS | {b"content-encoding"}
+
+
+@dataclass
+class StreamWatch:
+    """What a relayed stream is watched for: the answer to ``rid`` while ``wait`` is set
+    (None once the client has it), and whose episode a cut-off aborts."""
+
+    rid: Any
+    wait: Waiting | None
+    #: The relayed request's session key, core and pending request, if its core tracks it.
+    tracked: tuple[str, Relay, Pending] | None
+    headers: list[tuple[bytes, bytes]]
+    msg: Message | None
+    exchange_id: int

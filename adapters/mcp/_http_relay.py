@@ -2,8 +2,12 @@
 
 Theory of operation
 -------------------
-Status, reason, headers and body bytes go back as the server sent them; an event stream
-is relayed chunk by chunk as it arrives, never buffered whole. A JSON-RPC request goes
+Status, reason, headers and body bytes go back as the server sent them. An event stream
+(a POST's or a GET's) is relayed whole event by whole event as they arrive, so that each
+is read before any of it goes out (a compressed one decoded, as a call's is); an event over
+the size limit or nested deeper than a message may be never reaches the client: the
+server is cut off, as over stdio (its stream ends there, a request still waiting gets
+``-32000``, the session's episode ends aborted). A JSON-RPC request goes
 through its session's relay core, as over stdio: ``Relay.from_client`` tracks it and
 sets its deadline, its answer is fed back (``Relay.from_server``: a ``tools/list``
 teaches the core the tools' output schemas, an answer in invalid UTF-8 becomes the
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import zlib
 
 import anyio
 import httpx
@@ -34,9 +39,13 @@ import httpx
 from ._downstream import Downstream, forwardable
 from ._episodes import EpisodeSlot
 from ._http_answer import (
+    ENCODED_HEADERS,
+    LENGTH_HEADERS,
     EventWatch,
+    StreamWatch,
     Unanswered,
     Waiting,
+    answers,
     decoded,
     read_bounded,
 )
@@ -64,7 +73,9 @@ from ._relay import (
     ToServer,
     valid_id,
 )
+from ._relay._limits import DEFAULT_MAX_DEPTH, too_deep
 from ._relay._states import Pending
+from ._sse import event_data
 
 #: The relayed request the core tracks: its session key, core and pending request.
 Tracked = tuple[str, Relay, Pending]
@@ -141,11 +152,7 @@ class HttpRelay(HttpSessions):
         else:  # a request the core cannot track (its id is not one JSON-RPC allows)
             reason = no_answer(str(msg.method), self.timeout)
             reply = error_message(msg.id, REQUEST_TIMEOUT, f"litmus-sandbox: {reason}")
-        if unanswered.mid_event:
-            # Half an event (or an encoded stream) went out: nothing more can be said on
-            # it; the connection is dropped, which the client sees as the end.
-            raise anyio.BrokenResourceError("no answer can follow half an event")
-        await down.last_word(reply)
+        await down.last_word(reply)  # only whole events went out: it follows the last
 
     async def _relay(
         self,
@@ -192,36 +199,21 @@ class HttpRelay(HttpSessions):
                 await down.start(status, out_headers, reason)
                 await down.body(raw)
             else:
+                # An event stream this proxy can read goes event by event (see
+                # ``_relay_events``); one in an encoding it cannot read goes as it comes,
+                # unseen, and its headers count as the answer.
+                events = EventWatch.of(encoding) if ctype.startswith("text/event-stream") else None
+                if events is not None:
+                    drop = ENCODED_HEADERS if events.encoded else LENGTH_HEADERS
+                    out_headers = [(n, v) for n, v in out_headers if n.lower() not in drop]
                 await down.start(status, out_headers, reason)
-                # On a stream, the request is answered by one of its events; an encoding
-                # this proxy cannot read hides them: then the headers count as the answer.
-                events = EventWatch.of(encoding) if wait is not None else None
-                if events is None:
-                    wait = None
-                chunks = response.aiter_raw().__aiter__()
+                watch = StreamWatch(rid, wait, tracked, headers, msg, down.exchange_id)
                 try:
-                    while True:
-                        try:
-                            following = anext(chunks)
-                            chunk = await (wait.upstream(following) if wait else following)
-                        except StopAsyncIteration:
-                            break
-                        except Unanswered as unanswered:
-                            unanswered.mid_event = events is None or events.mid_event
-                            raise
-                        await down.body(chunk)
-                        if wait is None or events is None:
-                            continue
-                        if (data := events.answered(chunk, rid)) is not None:
-                            if tracked is not None and data:
-                                # The core sees a copy (the event is the client's already).
-                                with contextlib.suppress(Unanswered):
-                                    self._answered(tracked, data, "identity")
-                            wait.done.set()  # the client has its answer: a stop need not wait
-                            events, wait = None, None  # the rest is the server's to keep open
-                        elif events.buffered > self.max_message_bytes:
-                            why = f"the MCP server sent an event over {self.max_message_bytes} bytes: cut off"
-                            raise Unanswered(cut_off=why, mid_event=True)
+                    if events is not None:
+                        await self._relay_events(down, response, events, watch)
+                    else:
+                        async for chunk in response.aiter_raw():
+                            await down.body(chunk)
                 except httpx.HTTPError:
                     pass  # the server dropped the stream: end ours where it ended
             await down.end()
@@ -238,6 +230,69 @@ class HttpRelay(HttpSessions):
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+    async def _relay_events(
+        self, down: Downstream, response: httpx.Response, events: EventWatch, watch: StreamWatch
+    ) -> None:
+        """Relay an event stream whole event by whole event as they arrive (a compressed
+        one decoded), watching for the answer while it is awaited. An event over the size
+        limit or nested deeper than a message may be never reaches the client: the server
+        is cut off (see :meth:`_cut_off`)."""
+        chunks = response.aiter_raw().__aiter__()
+        while True:
+            wait = watch.wait
+            try:
+                following = anext(chunks)
+                chunk = await (wait.upstream(following) if wait is not None else following)
+            except StopAsyncIteration:
+                return
+            try:
+                whole = events.feed(chunk)
+            except zlib.error:
+                return  # undecodable after all: the stream ends where it stopped making sense
+            for event in whole:
+                data = event_data(event)
+                if data and too_deep(data, DEFAULT_MAX_DEPTH):
+                    why = f"the MCP server sent a message nested deeper than {DEFAULT_MAX_DEPTH} levels"
+                    self._cut_off(watch, why)
+                    return
+                down.queue(event)
+                if wait is not None and data and answers(event, watch.rid):
+                    await down.flush()
+                    if watch.tracked is not None:
+                        # The core sees a copy (the event is the client's already).
+                        with contextlib.suppress(Unanswered):
+                            self._answered(watch.tracked, data, "identity")
+                    wait.done.set()  # the client has its answer: a stop need not wait
+                    watch.wait = wait = None  # the rest is the server's to keep open
+            if events.buffered > self.max_message_bytes:
+                self._cut_off(
+                    watch,
+                    f"the MCP server sent an event over {self.max_message_bytes} bytes: cut off",
+                )
+                return
+            await down.flush()
+
+    def _cut_off(self, watch: StreamWatch, why: str) -> None:
+        """The server broke a limit on a stream: what it sent before goes to the client
+        (whole events), the offending event never does, and the stream ends there. The
+        session's episode ends aborted (an ``initialize`` still unanswered has none yet,
+        nor has a sessionless GET stream); a request still waiting gets ``-32000``.
+
+        Raises:
+            Unanswered: the request is still waiting (its error follows the events).
+        """
+        tracked, waiting = watch.tracked, watch.wait is not None
+        if tracked is not None:
+            key, core, _ = tracked
+            if key and not (waiting and core in self._openings):
+                self.perform(key, [Abort(why)])
+        else:
+            key = self.key_for(watch.headers, watch.msg or parse(b""), watch.exchange_id)
+            if watch.msg is not None or not key.startswith(EXCHANGE):
+                self.slot(key).abort(why)
+        if waiting:
+            raise Unanswered(cut_off=why)
 
     def _answered(self, tracked: Tracked, raw: bytes, encoding: str) -> bytes:
         """Feed the core a tracked request's answer; what the client gets (the server's
