@@ -2,6 +2,7 @@
 
     python bench/kill_rescore_bench.py [--latency 0.05] [--concurrency 8] [--kills 20]
                                        [--seed N] [--baseline NAME=TREE ...]
+                                       [--cache sqlite|redis] [--shared-only]
 
 Every figure comes from ``litmus-sandbox score`` processes against the tests' loopback
 judge (``tests/judges/judge_endpoint.py``, in this process), which answers after
@@ -22,7 +23,10 @@ judge (``tests/judges/judge_endpoint.py``, in this process), which answers after
 
 ``--baseline NAME=TREE`` runs the same measurements with another source tree first on
 ``PYTHONPATH`` (``git worktree add /tmp/before COMMIT``), for a before/after in one run.
-Results go to ``bench/results/kill_rescore.json``.
+``--cache redis`` puts every cache on a ``redis-server`` started on loopback for the run
+(``tests/redis_server.py``; emptied before each measurement) instead of a SQLite file;
+``--shared-only`` measures only the four scorers. Results go to
+``bench/results/kill_rescore.json`` (``kill_rescore_redis.json`` with ``--cache redis``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "judges"))
 
 from judge_endpoint import Endpoint, running  # noqa: E402 - from tests/, put on the path above
+from redis_server import RedisServer  # noqa: E402
 from score_procs import (  # noqa: E402
     TimedJudge,
     connections_done,
@@ -53,6 +58,21 @@ from score_procs import (  # noqa: E402
     write_policy,
     write_suite,
 )
+
+
+class Caches:
+    """Where each measurement's fresh cache lives: a new SQLite file, or the one Redis
+    server's database, emptied."""
+
+    def __init__(self, folder: Path, server: RedisServer | None) -> None:
+        self.folder = folder
+        self.server = server
+
+    def fresh(self, name: str) -> Path | str:
+        if self.server is None:
+            return self.folder / f"{name}-{time.monotonic_ns()}.sqlite"
+        self.server.client().flushdb()
+        return self.server.url
 
 
 class Scorer:
@@ -69,7 +89,9 @@ class Scorer:
             extra["PYTHONPATH"] = self.tree
         return env(**extra)
 
-    def start(self, episodes: Path, policy: Path, cache: Path, out: Path) -> subprocess.Popen[str]:
+    def start(
+        self, episodes: Path, policy: Path, cache: Path | str, out: Path
+    ) -> subprocess.Popen[str]:
         return subprocess.Popen(
             score_cmd(episodes, policy, cache, out),
             stdout=subprocess.PIPE,
@@ -79,7 +101,7 @@ class Scorer:
             cwd=episodes.parent,  # not this tree: ``python -m`` puts the cwd first
         )
 
-    def run(self, episodes: Path, policy: Path, cache: Path, out: Path) -> float:
+    def run(self, episodes: Path, policy: Path, cache: Path | str, out: Path) -> float:
         started = time.monotonic()
         done = subprocess.run(
             score_cmd(episodes, policy, cache, out),
@@ -95,8 +117,10 @@ class Scorer:
         return time.monotonic() - started
 
 
-def shared(scorer: Scorer, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    episodes, cache = folder / "shared.jsonl", folder / "shared.sqlite"
+def shared(
+    scorer: Scorer, folder: Path, caches: Caches, args: argparse.Namespace
+) -> dict[str, Any]:
+    episodes, cache = folder / "shared.jsonl", caches.fresh("shared")
     n = write_suite(episodes, args.shared_episodes, args.shared_steps)
     judge = TimedJudge(args.latency)
     with running(judge) as endpoint:
@@ -120,6 +144,7 @@ def shared(scorer: Scorer, folder: Path, args: argparse.Namespace) -> dict[str, 
 def killed(
     scorer: Scorer,
     folder: Path,
+    caches: Caches,
     args: argparse.Namespace,
     judge: TimedJudge,
     endpoint: Endpoint,
@@ -128,7 +153,7 @@ def killed(
     """One run killed ``kill_at`` s after its first request (None: held-answer case),
     then a re-run on the same cache."""
     episodes, policy = folder / "suite.jsonl", folder / "policy.toml"
-    cache = folder / f"kill-{time.monotonic_ns()}.sqlite"
+    cache = caches.fresh("kill")
     keys = {step: key for key, step in step_keys(episodes, policy).items()}
     first_answer, asked = len(judge.answered), len(judge.asked)
     proc = scorer.start(episodes, policy, cache, folder / "killed.jsonl")
@@ -165,7 +190,7 @@ def killed(
     }
 
 
-def kills(scorer: Scorer, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+def kills(scorer: Scorer, folder: Path, caches: Caches, args: argparse.Namespace) -> dict[str, Any]:
     episodes = folder / "suite.jsonl"
     n = write_suite(episodes, args.episodes, args.steps)
     rng = random.Random(args.seed)
@@ -173,16 +198,17 @@ def kills(scorer: Scorer, folder: Path, args: argparse.Namespace) -> dict[str, A
         judge = endpoint.answer
         assert isinstance(judge, TimedJudge)
         write_policy(folder, endpoint.url, concurrency=args.concurrency)
-        head = killed(scorer, folder, args, judge, endpoint, None)
+        head = killed(scorer, folder, caches, args, judge, endpoint, None)
     with running(TimedJudge(args.latency)) as endpoint:
         judge = endpoint.answer
         assert isinstance(judge, TimedJudge)
         write_policy(folder, endpoint.url, concurrency=args.concurrency)
-        length = scorer.run(episodes, folder / "policy.toml", folder / "clean.sqlite", folder / "c")
+        clean = caches.fresh("clean")
+        length = scorer.run(episodes, folder / "policy.toml", clean, folder / "c")
         # Kill instants over the judging (from the first request to the last answer).
         span = judge.answered[-1][0] - judge.answered[0][0] + args.latency
         runs = [
-            killed(scorer, folder, args, judge, endpoint, rng.uniform(0, span))
+            killed(scorer, folder, caches, args, judge, endpoint, rng.uniform(0, span))
             for _ in range(args.kills)
         ]
     ages = [r["oldest_lost_answer_ms"] for r in runs if r["oldest_lost_answer_ms"] is not None]
@@ -211,10 +237,12 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=20260)
     parser.add_argument("--baseline", action="append", default=[], metavar="NAME=TREE")
-    parser.add_argument(
-        "--json", type=Path, default=ROOT / "bench" / "results" / "kill_rescore.json"
-    )
+    parser.add_argument("--cache", choices=["sqlite", "redis"], default="sqlite")
+    parser.add_argument("--shared-only", action="store_true")
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    suffix = "" if args.cache == "sqlite" else f"_{args.cache}"
+    args.json = args.json or ROOT / "bench" / "results" / f"kill_rescore{suffix}.json"
     scorers = [Scorer(*b.split("=", 1)) for b in args.baseline] + [Scorer("this", None)]
     import tempfile
 
@@ -222,9 +250,20 @@ def main() -> None:
     for scorer in scorers:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            four = shared(scorer, folder, args)
-            print(f"{scorer.name}: 4 scorers, shared cache: {json.dumps(four)}", flush=True)
-            cost = kills(scorer, folder, args)
+            server = RedisServer(folder / "redis") if args.cache == "redis" else None
+            if server is not None:
+                server.start()
+            try:
+                caches = Caches(folder, server)
+                four = shared(scorer, folder, caches, args)
+                print(f"{scorer.name}: 4 scorers, {args.cache}: {json.dumps(four)}", flush=True)
+                cost = {} if args.shared_only else kills(scorer, folder, caches, args)
+            finally:
+                if server is not None:
+                    server.stop()
+            if not cost:
+                results[scorer.name] = {"shared": four}
+                continue
             print(f"{scorer.name}: head of line: {json.dumps(cost['head_of_line'])}", flush=True)
             summary = {k: v for k, v in cost.items() if k not in ("random", "head_of_line")}
             print(f"{scorer.name}: random kills: {json.dumps(summary)}", flush=True)
