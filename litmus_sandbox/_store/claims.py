@@ -19,9 +19,9 @@ after :data:`DEFAULT_CLAIM_TTL` seconds (``$LITMUS_CACHE_CLAIM_TTL``); a holder 
 known to be dead - a process of this host that no longer exists - is overtaken at once.
 
 :class:`StepClaims` is what a store offers for this; the SQLite cache implements it with
-a claims table and ``BEGIN IMMEDIATE`` transactions; a Redis store would with
-``SET key owner NX PX ttl`` (claim), a check-and-``PEXPIRE`` script (refresh) and a
-check-and-``DEL`` script (release). The decisions here are plain functions of the
+a claims table and ``BEGIN IMMEDIATE`` transactions, the Redis cache
+(:mod:`litmus_sandbox._store.redis_cache`) with ``SET key owner NX PX ttl`` (claim), a
+check-and-``PEXPIRE`` script (refresh) and a check-and-``DEL`` script (release). The decisions here are plain functions of the
 clock's time, so they are tested with a fake clock.
 """
 
