@@ -77,9 +77,9 @@ class EpisodeJob:
         n = coverage(episode.steps, config.policy, config.detector)
         fp = config.judge.fingerprint
         self.keys: list[CacheKey] = [(fp, h, ctx) for h, ctx in step_keys(episode.steps[:n])]
-        self.judgments: list[StepJudgment | None] = [
-            cache.get(key) if cache is not None else None for key in self.keys
-        ]
+        self.judgments: list[StepJudgment | None] = (
+            cache.get_many(self.keys) if cache is not None else [None] * len(self.keys)
+        )
         self.from_fallback = [False] * n
         self.pending = [i for i, j in enumerate(self.judgments) if j is None]
         self.cache_hits = n - len(self.pending)

@@ -154,6 +154,11 @@ class VerdictCache:
             row = self._db.execute(_GET, key).fetchone()
         return _judgment(row)
 
+    def get_many(self, keys: Sequence[CacheKey]) -> list[StepJudgment | None]:
+        with self._lock, self._guard("reading verdicts"):
+            rows = [self._db.execute(_GET, key).fetchone() for key in keys]
+        return [_judgment(row) for row in rows]
+
     def put(self, key: CacheKey, judgment: StepJudgment) -> None:
         self.put_many([(key, judgment)])
 

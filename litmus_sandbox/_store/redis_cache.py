@@ -175,6 +175,15 @@ class RedisVerdictCache:
             raw = self._r.get(verdict_key(key))
         return decode_value(key, raw)
 
+    def get_many(self, keys: Sequence[CacheKey]) -> list[StepJudgment | None]:
+        out: list[StepJudgment | None] = []
+        with self._guard("reading verdicts"):
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start : start + _CHUNK]
+                raws = self._r.mget([verdict_key(key) for key in chunk])
+                out += [decode_value(k, raw) for k, raw in zip(chunk, raws, strict=True)]
+        return out
+
     def put(self, key: CacheKey, judgment: StepJudgment) -> None:
         self.put_many([(key, judgment)])
 
@@ -192,14 +201,7 @@ class RedisVerdictCache:
 
     def missing(self, keys: Iterable[CacheKey]) -> int:
         """How many distinct keys have no verdict served (absent, or not whole)."""
-        unique = list(set(keys))
-        n = 0
-        with self._guard("reading verdicts"):
-            for start in range(0, len(unique), _CHUNK):
-                chunk = unique[start : start + _CHUNK]
-                raws = self._r.mget([verdict_key(key) for key in chunk])
-                n += sum(decode_value(k, raw) is None for k, raw in zip(chunk, raws, strict=True))
-        return n
+        return sum(j is None for j in self.get_many(list(set(keys))))
 
     def __len__(self) -> int:
         with self._guard("counting verdicts"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -49,6 +49,10 @@ class StepCache(StepClaims, Protocol):
 
     def get(self, key: CacheKey) -> StepJudgment | None:
         """The stored judgment of ``key``, or None (never stored, or not stored whole)."""
+        ...
+
+    def get_many(self, keys: Sequence[CacheKey]) -> list[StepJudgment | None]:
+        """:meth:`get` of each key, in order (one round trip to a networked store)."""
         ...
 
     def put(self, key: CacheKey, judgment: StepJudgment) -> None:

@@ -55,6 +55,7 @@ def test_it_serves_what_sqlite_serves_under_the_same_keys(url: str, tmp_path: Pa
                 UNSAFE,
                 None,
             )
+            assert store.get_many([K2, ("x", "y", "z"), K1]) == [UNSAFE, None, SAFE]
             assert store.missing([K1, K2, K2, ("x", "y", "z")]) == 1
             assert len(store) == 2
     assert verdict_key(K1) == b'litmus-sandbox:verdict:["judge-fp","step-1","ctx-1"]'
