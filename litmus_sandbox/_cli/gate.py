@@ -30,8 +30,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
+import msgspec
+
 from litmus_sandbox import reports
 from litmus_sandbox._cli.progress import counter
+from litmus_sandbox._core.inputs import SideInputs, inputs_dict
 from litmus_sandbox._core.suite import UnsafeLimit, gate_lined_up
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 from litmus_sandbox._model.safe_text import for_terminal
@@ -151,14 +154,17 @@ def run_gate(
             show=size >= LARGE_GATE,
         ) as sink,
     ):
+        b_inputs = SideInputs(args.baseline)
+        c_inputs = SideInputs(args.candidate if candidate is None else args.candidate_episodes)
         for path, ws in zip(args.baseline, b_warnings, strict=True):
-            join.add_file(0, path, ws)
+            join.add_file(0, path, ws, inputs=b_inputs)
         if candidate is None:
             for path, ws in zip(args.candidate, c_warnings, strict=True):
-                join.add_file(1, path, ws)
+                join.add_file(1, path, ws, inputs=c_inputs)
         else:  # scored on the fly: held already
-            join.add_verdicts(1, candidate)
+            join.add_verdicts(1, candidate, inputs=c_inputs)
         summary = gate_lined_up(join, sink, exclusions=exclusions, baseline_recordings=recordings)
+        summary = msgspec.structs.replace(summary, inputs=inputs_dict(b_inputs, c_inputs, summary))
         warnings = [str(w) for ws in (*b_warnings, *c_warnings) for w in ws]
         writer.finish(summary, [*warnings, *later_warnings])
         if html is not None:

@@ -269,6 +269,7 @@ def build_verdict(
         tool_modes=tool_modes(episode.header.tool_modes, episode.steps),
         tools_called=tools_called(episode.steps),
     )
+    h = episode.header
     return Verdict(
         v=SCHEMA_VERSION,
         case_id=episode.case_id,
@@ -277,4 +278,7 @@ def build_verdict(
         steps=tuple(step_verdicts),
         first_unsafe_step=first_unsafe,
         provenance=provenance,
+        suite=msgspec.UNSET if h.suite is None else h.suite,
+        agent=msgspec.UNSET if h.agent is None else h.agent,
+        recorded_at=msgspec.UNSET if h.started_at is None else h.started_at,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -127,6 +127,9 @@ class GateSummary(msgspec.Struct, frozen=True, kw_only=True):
     reasons: dict[str, int] = {}
     #: Cases outside the exclusions that carry ``oracle_contradicts_judge``.
     blocking_contradictions: int = 0
+    #: What was compared, each side (:func:`~litmus_sandbox._core.inputs.inputs_dict`);
+    #: None when the caller did not say (a report built from verdicts in memory).
+    inputs: dict[str, Any] | None = None
 
     def _contradicted(self) -> bool:
         return self.blocking_contradictions > 0

@@ -405,6 +405,13 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True, tag="verdict", tag_fiel
     provenance: Provenance = Provenance()
     #: Provenance keys this reader does not know (written by a newer version); fail closed.
     unknown_provenance: dict[str, Any] = NO_UNKNOWN_KEYS
+    # What the recording's header said, copied when it is scored: not provenance (the
+    # gate never compares them), only what reports list of each side's inputs. UNSET
+    # (left out of the record) when the header did not say.
+    #: The header's ``suite``, ``agent`` and ``started_at``.
+    suite: str | msgspec.UnsetType = msgspec.UNSET
+    agent: str | msgspec.UnsetType = msgspec.UNSET
+    recorded_at: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class PolicyRecord(msgspec.Struct, frozen=True, kw_only=True, tag="policy", tag_field="kind"):

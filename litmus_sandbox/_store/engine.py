@@ -29,10 +29,11 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._model.errors import UpstreamError
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
 from litmus_sandbox._store.streams import ReadWarning
@@ -148,17 +149,25 @@ class DuckJoin:
         path: str,
         warnings: list[ReadWarning] | None = None,
         policies: list[PolicyRecord] | None = None,
+        inputs: SideInputs | None = None,
     ) -> None:
-        """Append a verdict file's verdicts to ``side``, in file order.
+        """Append a verdict file's verdicts to ``side``, in file order (and what they say
+        of how they were made to ``inputs``).
 
         Raises:
             RecordDecodeError, NewerVersionError: a bad line, named ``file:line``.
         """
-        read_columns(path, self.kinds, lambda c: self._add(side, c), warnings, policies)
+        read_columns(
+            path, self.kinds, lambda c: self._add(side, c), warnings, policies, inputs=inputs
+        )
         self._flush()
 
-    def add_verdicts(self, side: int, verdicts: Iterable[AnyVerdict]) -> None:
+    def add_verdicts(
+        self, side: int, verdicts: Sequence[AnyVerdict], inputs: SideInputs | None = None
+    ) -> None:
         """Append verdicts already decoded to ``side``, in order."""
+        if inputs is not None:
+            inputs.add(verdicts)
         self._add(side, to_columns(verdicts, self.kinds))
         self._flush()
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._model.legacy_blocks import LegacyKinds
 from litmus_sandbox._model.records import (
     NO_UNKNOWN_KEYS,
@@ -87,10 +88,13 @@ class Kinds:
         known = all(getattr(p, name) is not None for name in _FIELDS)
         return kind if known else -2 - kind
 
+    def provenance(self, code: int) -> LegacyProvenance:
+        """The provenance of the legacy verdicts of code ``code``."""
+        return self.provenances[code if code >= 0 else -2 - code]
+
     def verdict(self, key: str, safe: bool, code: int) -> LegacyVerdict:
         """The legacy verdict ``code`` stands for."""
-        kind = code if code >= 0 else -2 - code
-        return LegacyVerdict(run_id=key, safe=safe, provenance=self.provenances[kind])
+        return LegacyVerdict(run_id=key, safe=safe, provenance=self.provenance(code))
 
     def _learn(self, raw: bytes) -> bool:
         """Decode one undecoded provenance, strictly; False when its line must be read by
@@ -175,9 +179,11 @@ def read_columns(
     policies: list[PolicyRecord] | None = None,
     *,
     max_line: int | None = None,
+    inputs: SideInputs | None = None,
 ) -> None:
     """Read a verdict file a block at a time into ``add``, in file order; its policy
-    records go to ``policies``, a torn last line to ``warnings``.
+    records go to ``policies``, a torn last line to ``warnings``, and what its verdicts
+    say of how they were made to ``inputs`` (the reports' inputs).
 
     Raises:
         RecordDecodeError, NewerVersionError: as the readers (``_store/streams.py``).
@@ -189,6 +195,8 @@ def read_columns(
             if block.endswith(b"\n"):
                 columns = kinds.legacy_block(block, lines)
                 if columns is not None:
+                    if inputs is not None:
+                        inputs.add_legacy(len(columns), map(kinds.provenance, set(columns.codes)))
                     add(columns)
                     continue
             for records in verdict_block(p, first, block, lines, legacy_kinds, warnings):
@@ -196,4 +204,6 @@ def read_columns(
                 if policies is not None and len(verdicts) != len(records):
                     policies.extend(r for r in records if isinstance(r, PolicyRecord))
                 if verdicts:
+                    if inputs is not None:
+                        inputs.add(verdicts)
                     add(to_columns(verdicts, kinds))

@@ -36,8 +36,10 @@ import msgspec
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._core.suite import GateSummary
+from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox._store.streams import iter_episodes
 from litmus_sandbox.reports._html_assets import CSS, SCRIPT
+from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
 from litmus_sandbox.reports._json import _summary_dict, case_to_dict
 from litmus_sandbox.reports._shared import Writer, rank, safe_word
 from litmus_sandbox.reports._timeline import episode_view
@@ -156,7 +158,9 @@ def page_head(
         f"flaky {stats['flaky']}, oracle contradictions {stats['oracle_contradictions']}, "
         f"still unsafe {stats['still_unsafe']}</p>\n",
         _budget(data),
-        "</header>\n<section class='counts' aria-label='cases per outcome'>\n",
+        "</header>\n",
+        _inputs(data),
+        "<section class='counts' aria-label='cases per outcome'>\n",
     ]
     parts.extend(
         f"<div class='count o-{o}'><span>{o}</span><b data-count='{o}'>{counts.get(o, 0)}</b></div>\n"
@@ -187,8 +191,8 @@ def page_head(
         f"<span class='muted'><span data-matching>{cases}</span> of {cases} shown; "
         "click a case for its steps</span>\n</div>\n",
         "<table id='cases' data-rendered='partial'><colgroup><col class='id'><col class='out'>"
-        "<col class='tr'><col></colgroup>\n<thead><tr><th>case</th><th>outcome</th>"
-        "<th>baseline &rarr; candidate</th><th>reasons</th></tr></thead>\n<tbody></tbody>"
+        "<col class='tr'><col></colgroup>\n<thead><tr><th>Case</th><th>Outcome</th>"
+        "<th>Baseline &rarr; candidate</th><th>Evidence</th></tr></thead>\n<tbody></tbody>"
         "</table>\n<noscript>The case table needs JavaScript; the counts above do not."
         "</noscript>\n",
     ]
@@ -251,6 +255,33 @@ def _reasons(data: Mapping[str, Any], remedies: Mapping[str, Mapping[str, int]])
         + "</ul>\n"
         + summary
         + "</section>\n"
+    )
+
+
+def _inputs(data: Mapping[str, Any]) -> str:
+    """What was compared: a row per field, a column per side (recorded text as text)."""
+    inputs = data["inputs"]
+    head = (
+        "<section class='inputs' data-inputs>\n<h2>Inputs</h2>\n<p class='muted' "
+        f"data-version='{_e(data['litmus_sandbox_version'])}'>compared by "
+        f"{_e(version_line())}</p>\n"
+    )
+    if inputs is None:
+        return head + "<p class='muted'>The inputs were not given.</p>\n</section>\n"
+    sides = {name: side_rows(inputs[name]) for name in SIDES}
+    rows = "".join(
+        f"<tr data-input='{_e(key)}'><th>{_e(key)}</th>"
+        + "".join(
+            f"<td data-side='{name}'>{_e(for_terminal(sides[name][i][1], lines=True))}</td>"
+            for name in SIDES
+        )
+        + "</tr>\n"
+        for i, (key, _) in enumerate(sides["baseline"])
+    )
+    return (
+        head
+        + "<table class='inputs'><thead><tr><th></th><th>baseline</th><th>candidate</th></tr>"
+        + f"</thead>\n<tbody>\n{rows}</tbody></table>\n</section>\n"
     )
 
 

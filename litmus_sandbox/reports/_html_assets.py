@@ -137,10 +137,16 @@ SCRIPT = r"""
     }
     tr.appendChild(out);
     tr.appendChild(el("td", null, word(c.baseline) + " \u2192 " + word(c.candidate)));
-    var why_ = c.reasons.map(function (r) { return r.code; });
-    var unsafe = c.candidate && c.candidate.unsafe_steps && c.candidate.unsafe_steps[0];
-    if (unsafe && (c.outcome === "REGRESSION" || !why_.length)) why_.push("step " + unsafe.index + ": " + why(unsafe));
-    tr.appendChild(el("td", {"class": "mono"}, why_.join(", ")));
+    // Evidence: the gate's reason codes, then every unsafe step of each unsafe side.
+    var cell = el("td", {"class": "mono", "data-evidence-cell": ""});
+    if (c.reasons.length) cell.appendChild(el("div", null, c.reasons.map(function (r) { return r.code; }).join(", ")));
+    [["candidate", c.candidate], ["baseline", c.baseline]].forEach(function (pair) {
+      ((pair[1] && pair[1].unsafe_steps) || []).forEach(function (u) {
+        cell.appendChild(el("div", {"data-unsafe-step": pair[0] + ":" + u.index},
+          pair[0] + " step " + u.index + ": " + why(u)));
+      });
+    });
+    tr.appendChild(cell);
     return tr;
   }
   // The rows past the first ones are drawn when the reader scrolls near the end of the
@@ -326,7 +332,7 @@ SCRIPT = r"""
     if (e.target.closest("tr.more")) { more(CHUNK); return; }
     var tr = e.target.closest("tr[data-case-id]"); if (tr) toggle(tr);
   });
-  tbody.addEventListener("keydown", function (e) {
+  table.addEventListener("keydown", function (e) {
     var tr = e.target.closest("tr[data-case-id]"); if (tr && e.key === "Enter") toggle(tr);
   });
   apply();

@@ -30,6 +30,7 @@ from litmus_sandbox._core.suite import (
     RebaselinePlan,
     UnsafeLimit,
 )
+from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.records import AnyVerdict, LegacyProvenance, LegacyVerdict
 from litmus_sandbox.reports._shared import (
     InertOut,
@@ -177,6 +178,8 @@ def _summary_dict(
     out: dict[str, Any] = {
         "decision": summary.decision(**flags),
         "exit_code": summary.exit_code(**flags),
+        "litmus_sandbox_version": package_version(),
+        "inputs": summary.inputs,
         "counts": dict(summary.counts),
     }
     if cases is not None:

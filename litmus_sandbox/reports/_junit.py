@@ -9,7 +9,9 @@ from xml.sax.saxutils import quoteattr as _quoteattr
 
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
+from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.safe_text import for_terminal
+from litmus_sandbox.reports._inputs import SIDES, side_rows
 from litmus_sandbox.reports._shared import (
     STILL_UNSAFE,
     Writer,
@@ -104,6 +106,7 @@ class JunitWriter(Writer):
             f'    <property name="exit_code" value="{code}"/>\n'
             f'    <property name="still_unsafe" value="{summary.statistics.still_unsafe}"/>\n'
             + self._budget(summary)
+            + _inputs(summary)
             + "  </properties>\n"
         )
         self.out.write(text(head))
@@ -131,3 +134,18 @@ class JunitWriter(Writer):
 def render_junit(report: GateReport, **kw: Any) -> str:
     """JUnit XML: REGRESSION fails, unresolved cases error (skipped when allowed), EXCLUDED skips."""
     return render(JunitWriter, report, **kw)
+
+
+def _inputs(summary: GateSummary) -> str:
+    """What was compared, as properties: ``litmus_sandbox_version``, then
+    ``baseline_files``, ``baseline_cases``, … and the candidate's."""
+    props = [("litmus_sandbox_version", package_version())]
+    if summary.inputs is not None:
+        props += [
+            (f"{name}_{key}", value)
+            for name in SIDES
+            for key, value in side_rows(summary.inputs[name])
+        ]
+    return "".join(
+        f"    <property name={quoteattr(key)} value={quoteattr(value)}/>\n" for key, value in props
+    )

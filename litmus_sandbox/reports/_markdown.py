@@ -8,6 +8,7 @@ from typing import Any
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import md_code
+from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     STILL_UNSAFE,
@@ -57,6 +58,7 @@ class MarkdownWriter(Writer):
         lines = [f"## litmus-sandbox gate: {decision}", ""]
         if decision == "EMPTY":
             lines += [NOTHING_COMPARED[0].upper() + NOTHING_COMPARED[1:] + ".", ""]
+        lines += _inputs(summary)
         lines += ["| outcome | cases |", "|---|---:|"]
         lines += [f"| {o} | {summary.counts.get(o, 0)} |" for o in OUTCOMES]
         s = summary.statistics
@@ -82,3 +84,17 @@ class MarkdownWriter(Writer):
 
 def render_markdown(report: GateReport, **kw: Any) -> str:
     return render(MarkdownWriter, report, **kw)
+
+
+def _inputs(summary: GateSummary) -> list[str]:
+    """What was compared, a row per field (recorded text only inside code spans)."""
+    lines = [f"Compared by {version_line()}.", ""]
+    if summary.inputs is None:
+        return [*lines, "The inputs were not given.", ""]
+    sides = [side_rows(summary.inputs[name]) for name in SIDES]
+    lines += ["| input | baseline | candidate |", "|---|---|---|"]
+    lines += [
+        f"| {key} | {md_code(b)} | {md_code(c)} |"
+        for (key, b), (_, c) in zip(sides[0], sides[1], strict=True)
+    ]
+    return [*lines, ""]

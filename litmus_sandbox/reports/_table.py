@@ -24,6 +24,7 @@ from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.records import LegacyVerdict
 from litmus_sandbox._model.safe_text import clip, for_terminal
+from litmus_sandbox.reports._inputs import input_lines
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     RANKS,
@@ -137,6 +138,8 @@ class TableWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         out, width = self.out, self._width
+        head = [clip(line, LINE_WIDTH) for line in input_lines(summary.inputs)]
+        out.write(self._text("\n".join(head) + "\n\n"))
         if width:
             out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))
             pad = " " * width

@@ -21,7 +21,7 @@ import random
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +38,7 @@ for extra in (ROOT / "bench", ROOT / "tests"):
 from factories import legacy, verdict  # noqa: E402  (after the path above)
 from gate_workloads import generate_legacy, generate_native  # noqa: E402
 
+from litmus_sandbox._core.inputs import SideInputs  # noqa: E402
 from litmus_sandbox._core.joins import Chunk, chunked, memory_join  # noqa: E402
 from litmus_sandbox._model.codec import encode  # noqa: E402
 from litmus_sandbox._model.records import AnyVerdict, PolicyRecord  # noqa: E402
@@ -182,12 +183,19 @@ class MemoryJoin:
         path: str,
         warnings: list[ReadWarning] | None = None,
         policies: list[PolicyRecord] | None = None,
+        inputs: SideInputs | None = None,
     ) -> None:
         for block in iter_verdicts(path, warnings, policies):
             self.sides[side].extend(block)
+            if inputs is not None:
+                inputs.add(block)
 
-    def add_verdicts(self, side: int, verdicts: Iterable[AnyVerdict]) -> None:
+    def add_verdicts(
+        self, side: int, verdicts: Sequence[AnyVerdict], inputs: SideInputs | None = None
+    ) -> None:
         self.sides[side].extend(verdicts)
+        if inputs is not None:
+            inputs.add(verdicts)
 
     def chunks(self, *, plain: bool) -> Iterator[Chunk]:
         return chunked(*memory_join(*self.sides))

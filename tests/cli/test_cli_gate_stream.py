@@ -71,7 +71,12 @@ def test_nothing_compared_exits_5_unless_allowed(tmp_path: Path, fmt: str) -> No
         assert json.loads(text)["decision"] == "PASS"
     if fmt == "junit":
         props = {p.get("name"): p.get("value") for p in ET.fromstring(text).iter("property")}
-        assert props == {"decision": "PASS", "exit_code": "0"}
+        assert {k: props[k] for k in ("decision", "exit_code", "still_unsafe")} == {
+            "decision": "PASS",
+            "exit_code": "0",
+            "still_unsafe": "0",
+        }
+        assert props["baseline_cases"] == props["candidate_cases"] == "0 (0 verdicts)"
 
 
 def test_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,9 +110,12 @@ def test_every_way_through_gives_the_same_report(
         assert list(report) == [
             "decision",
             "exit_code",
+            "litmus_sandbox_version",
+            "inputs",
             "counts",
             "cases",
             "statistics",
+            "unsafe_budget",
             "reasons",
             "rebaseline_plan",
             "unknown_exclusions",

@@ -7,7 +7,8 @@ HTML, mention, table pipe, backticks), HTML (script, tags, ``</script>``, ids th
 ``Object.prototype`` names) and XML (``]]>``, entities). :func:`write_corpus` writes the
 two sides of a gate in which every one of them sits in every field: case and episode ids,
 agent, tool and argument names, message text, results, errors, a swallowed call's actual
-error, file-effect paths and judge reasons.
+error, file-effect paths, judge reasons, and what the reports list of each side's
+inputs (suite, agent, recorder, judge label, recording date).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from litmus_sandbox._model.records import (
     EpisodeEnd,
     FsEffect,
     MessageStep,
+    RecorderId,
     StepVerdict,
     ToolCallStep,
 )
@@ -116,5 +118,19 @@ def write_corpus(folder: Path) -> dict[str, Path]:
                 if not safe:
                     v = replace(v, steps=(*v.steps[:2], bad, v.steps[3]))
                 tools = {LONG_TOOL: "real", "fetch" + TERMINAL["overwrite"]: "real"}
-                out.write(replace(v, provenance=prov(tool_modes=tools, tools_called=tuple(tools))))
+                made = prov(
+                    tool_modes=tools,
+                    tools_called=tuple(tools),
+                    judge_label="judge" + EVERYTHING,
+                    recorder=RecorderId(name="rec" + EVERYTHING, version="v" + EVERYTHING),
+                )
+                out.write(
+                    replace(
+                        v,
+                        provenance=made,
+                        suite="suite" + EVERYTHING,
+                        agent="agent" + EVERYTHING,
+                        recorded_at="2026-12-01T00:00:00Z" + EVERYTHING,
+                    )
+                )
     return paths

@@ -1,0 +1,195 @@
+"""What every report says first: each side's files, cases, suites, agents, recorders,
+scoring policies (judge label and fingerprint) and recording dates, and the version that
+gated. Nothing guessed: what a verdict does not say is counted unknown."""
+
+from __future__ import annotations
+
+import json
+import random
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from chromium import driver, log, open_page
+from factories import legacy, prov, replace, verdict
+from hypothesis import given
+from hypothesis import strategies as st
+from selenium.webdriver.common.by import By
+
+from litmus_sandbox._cli.main import main
+from litmus_sandbox._core.inputs import COUNTED, LISTED, Facet
+from litmus_sandbox._model.about import package_version
+from litmus_sandbox._model.records import RecorderId
+from litmus_sandbox._store.streams import write_verdicts
+
+
+def _suite(folder: Path) -> tuple[Path, Path, Path]:
+    """A legacy baseline in two files (one case only it has) and a candidate of this
+    library's verdicts: two suites, two agents, dated, one undated and agentless."""
+    b1, b2, c = folder / "base-1.jsonl", folder / "base-2.jsonl", folder / "cand.jsonl"
+    write_verdicts(b1, None, [legacy("c1"), legacy("c2", judge_version="j1")])
+    write_verdicts(b2, None, [legacy("c3", truncate_on_refusal=True), legacy("gone")])
+    made = prov(recorder=RecorderId(name="rec", version="2.0", measurement_version="4"))
+    cand = [
+        replace(verdict("c1"), provenance=made, suite="suite-b", agent="agent@2", recorded_at="2026-12-02T10:00:00+01:00"),
+        replace(verdict("c2"), provenance=made, suite="suite-a", agent="agent@2",
+                recorded_at="2026-12-01T08:00:00Z"),
+        replace(verdict("c3"), provenance=made, suite="suite-a"),
+        replace(verdict("new"), provenance=made, suite="suite-a", agent="agent@3",
+                recorded_at="2026-12-03T00:00:00Z"),
+    ]  # fmt: skip
+    write_verdicts(c, None, cand)
+    return b1, b2, c
+
+
+def _gate(folder: Path, fmt: str, *extra: str) -> str:
+    b1, b2, c = _suite(folder)
+    out = folder / f"report.{fmt}"
+    args = ["gate", "--baseline", b1.name, b2.name, "--candidate", c.name, "--format", fmt]
+    code = main([*args, "-o", out.name, *extra])
+    assert code in (1, 4)
+    return out.read_text()
+
+
+def test_the_json_report_lists_each_sides_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    report = json.loads(_gate(tmp_path, "json"))
+    assert report["litmus_sandbox_version"] == package_version()
+    base, cand = report["inputs"]["baseline"], report["inputs"]["candidate"]
+    assert base["files"] == ["base-1.jsonl", "base-2.jsonl"]
+    assert cand["files"] == ["cand.jsonl"]
+    # 5 cases in all: the baseline misses "new", the candidate misses "gone".
+    assert (base["cases"], cand["cases"]) == (4, 4)
+    assert (base["verdicts"], base["legacy_verdicts"]) == (4, 4)
+    assert (cand["verdicts"], cand["legacy_verdicts"]) == (4, 0)
+    unknown4 = {"values": [], "more": 0, "more_exact": True, "unknown": 4}
+    assert base["suites"] == base["agents"] == base["recorders"] == unknown4
+    assert [p["truncate_on_refusal"] for p in base["scoring_policies"]["values"]] == [False, True]
+    assert {p["judge"] for p in base["scoring_policies"]["values"]} == {"j1"}
+    assert base["recorded"] == {"first": None, "last": None, "undated": 4}
+    assert cand["suites"]["values"] == ["suite-a", "suite-b"]
+    assert cand["agents"] == {
+        "values": ["agent@2", "agent@3"],
+        "more": 0,
+        "more_exact": True,
+        "unknown": 1,
+    }
+    assert cand["recorders"]["values"] == [
+        {"name": "rec", "version": "2.0", "measurement_version": "4"}
+    ]
+    (policy,) = cand["scoring_policies"]["values"]
+    assert (policy["judge"], policy["judge_fingerprint"]) == ("rules-a", "judgeA")
+    # Compared as instants: 10:00+01:00 is 09:00Z, after 08:00Z, before the 3rd.
+    assert cand["recorded"] == {
+        "first": "2026-12-01T08:00:00Z",
+        "last": "2026-12-03T00:00:00Z",
+        "undated": 1,
+    }
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "junit", "jsonl"])
+def test_every_format_names_both_sides_files_agents_and_judges(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = _gate(tmp_path, fmt)
+    if fmt == "jsonl":
+        summary = json.loads(text.splitlines()[-1])
+        assert summary["inputs"]["candidate"]["agents"]["values"] == ["agent@2", "agent@3"]
+        assert summary["litmus_sandbox_version"] == package_version()
+        return
+    for needle in ("base-1.jsonl", "base-2.jsonl", "cand.jsonl", "agent@2", "agent@3",
+                   "rules-a", "judgeA", "j1", "suite-a", "rec 2.0", package_version()):  # fmt: skip
+        assert needle in text, needle
+    if fmt == "junit":
+        props = {p.get("name"): p.get("value") for p in ET.fromstring(text).iter("property")}
+        assert props["baseline_files"] == "base-1.jsonl, base-2.jsonl"
+        assert props["candidate_agents"] == "agent@2, agent@3; 1 verdict does not say"
+        assert props["litmus_sandbox_version"] == package_version()
+    if fmt == "table":
+        first = text.splitlines()[:3]
+        assert first[0] == f"compared by litmus-sandbox {package_version()}"
+        assert first[1].startswith("baseline: base-1.jsonl, base-2.jsonl; cases 4")
+
+
+def test_a_candidate_scored_now_lists_its_recordings(tmp_path: Path) -> None:
+    """``--candidate-episodes``: the candidate's files are the recordings it scored."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    report = tmp_path / "r.json"
+    code = main(
+        ["gate", "--baseline", str(out / "baseline.verdicts.jsonl"),
+         "--candidate-episodes", str(out / "candidate.episodes.jsonl"),
+         "--policy", str(out / "policy.toml"), "--format", "json", "-o", str(report)]
+    )  # fmt: skip
+    assert code in (0, 1, 4)
+    inputs = json.loads(report.read_text())["inputs"]
+    assert inputs["candidate"]["files"] == [str(out / "candidate.episodes.jsonl")]
+    assert inputs["candidate"]["agents"]["values"] == ["demo-agent@1.1"]
+    assert inputs["baseline"]["agents"]["values"] == ["demo-agent@1.0"]
+    assert inputs["candidate"]["suites"]["values"] == ["demo"]
+
+
+@given(st.lists(st.text(max_size=4), max_size=60), st.randoms(use_true_random=False))
+def test_a_facet_lists_the_first_values_in_order_whatever_the_order_read(
+    values: list[str], rng: random.Random
+) -> None:
+    shuffled = values[:]
+    rng.shuffle(shuffled)
+    facets = [Facet[str](), Facet[str]()]
+    for facet, seq in zip(facets, (values, shuffled), strict=True):
+        for v in seq:
+            facet.add(v)
+    distinct = sorted(set(values))
+    want = {"values": distinct[:LISTED], "more": len(distinct[LISTED:]), "more_exact": True}
+    for facet in facets:
+        got = facet.to_dict()
+        assert {k: got[k] for k in want} == want
+
+
+def test_a_facet_past_its_exact_count_says_so() -> None:
+    facet = Facet[int]()
+    for v in range(COUNTED + 50, -1, -1):
+        facet.add(v)
+    got = facet.to_dict()
+    assert got["values"] == list(range(LISTED))
+    assert got["more_exact"] is False
+    assert got["more"] >= COUNTED - LISTED
+
+
+def test_the_html_report_shows_inputs_and_every_unsafe_step_as_evidence(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    page = tmp_path / "r.html"
+    args = ["gate", "--baseline", str(out / "baseline-legacy.verdicts.jsonl"),
+            "--candidate", str(out / "candidate.verdicts.jsonl"), "--html", str(page)]  # fmt: skip
+    assert main(args) in (1, 4)
+    with driver() as browser:
+        open_page(browser, page)
+        cell = browser.find_element(
+            By.CSS_SELECTOR, '[data-inputs] tr[data-input="agents"] td[data-side="candidate"]'
+        )
+        assert cell.text == "demo-agent@1.1"
+        files = browser.find_element(
+            By.CSS_SELECTOR, '[data-inputs] tr[data-input="files"] td[data-side="baseline"]'
+        )
+        assert files.text == str(out / "baseline-legacy.verdicts.jsonl")
+        scoring = browser.find_element(
+            By.CSS_SELECTOR, '[data-inputs] tr[data-input="scoring"] td[data-side="baseline"]'
+        )
+        assert "judge demo-rules-1 (fingerprint " in scoring.text
+        assert "truncate_on_refusal on" in scoring.text
+        heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#cases thead th")]
+        assert heads[-1] == "Evidence"
+        row = browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="refuse-then-continue"]')
+        steps = row.find_elements(By.CSS_SELECTOR, "[data-unsafe-step]")
+        assert [s.get_attribute("data-unsafe-step") for s in steps] == [
+            "candidate:2",
+            "candidate:3",
+        ]
+        assert "rule payload-written (requested)" in steps[1].text
+        assert log(browser, "browser") == []
