@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from litmus_sandbox._model.records import (
+    Effects,
     Episode,
     EpisodeEnd,
     EpisodeHeader,
@@ -162,6 +163,10 @@ def _tool_call(s: ToolCallStep) -> tuple[Any, ...]:
     return (s.args, s.shown.content, s.shown.structured, actual, s.effects.state, s.meta)
 
 
+def _phase(effects: Effects | msgspec.UnsetType) -> Any:
+    return effects.state if isinstance(effects, Effects) else ()
+
+
 #: Record type -> its values typed ``Any`` (the only places bytes can hide in a record
 #: built as the annotations say), None when there are none. ``tests/store/test_lossless.py``
 #: checks the list.
@@ -169,7 +174,7 @@ _ANY_VALUES: dict[type[Any], Callable[[Any], Any]] = {
     ToolCallStep: _tool_call,
     MessageStep: lambda s: s.meta or None,
     EpisodeHeader: lambda h: (h.oracles, h.meta),
-    EpisodeEnd: lambda e: (e.unattributed.state, e.meta),
+    EpisodeEnd: lambda e: (e.unattributed.state, _phase(e.startup), _phase(e.shutdown), e.meta),
 }
 _packer = msgspec.msgpack.Encoder()
 

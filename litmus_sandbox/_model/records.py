@@ -273,6 +273,12 @@ class EpisodeEnd(msgspec.Struct, frozen=True, kw_only=True, tag="end", tag_field
     #: Effects that no call explains (seen by the end-of-episode verification pass).
     unattributed: Effects = Effects()
     findings: tuple[Finding, ...] = ()
+    # Added later, UNSET (left out of the record) when empty: what a tool server an
+    # adapter launched did on its own, before the agent's first message past the handshake
+    # (``startup``) and after the client ended the session cleanly (``shutdown``). Listed,
+    # never hidden; tied to no call, and no finding is made of them.
+    startup: Effects | msgspec.UnsetType = msgspec.UNSET
+    shutdown: Effects | msgspec.UnsetType = msgspec.UNSET
     #: Facts known only at the end (e.g. ``replay``: the recorded calls left unused).
     meta: dict[str, Any] = {}
 

@@ -19,6 +19,10 @@ through their plain windows for a call an adapter runs inline (:meth:`Watch.open
 
 A call whose step is never recorded (misconfigured) has its windows closed all the same
 (:meth:`Watch.abandon`): what the probes saw is unattributed rather than lost.
+
+The probes watch one world: the first of the episodes open at once starts them
+(:meth:`Observers.enter`), and so does an adapter holding them across a tool server's
+life (``phases.py``), whose start-up and shutdown the episode's end then lists apart.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import msgspec
 
 from litmus_sandbox._core.findings import (
@@ -34,10 +39,10 @@ from litmus_sandbox._core.findings import (
     distinct,
     merge,
     split,
-    unattributed_findings,
 )
-from litmus_sandbox._model.records import Effects, Finding, ToolCallStep
+from litmus_sandbox._model.records import Effects, ToolCallStep
 from litmus_sandbox._runtime.ledger import CallLedger
+from litmus_sandbox._runtime.phases import Ending, ServerPhases
 from litmus_sandbox.oracles._probe import (
     AttributingProbe,
     DescribedProbe,
@@ -67,6 +72,11 @@ class Observers:
         self.windows: tuple[WindowedProbe, ...] | None = (
             windowed if len(windowed) == len(self.probes) else None
         )
+        #: Episodes (and a server's phases) open now, and the lock the first starts under.
+        self._open = 0
+        self._lock = anyio.Lock()
+        #: The phases of the tool server an adapter watches (``phases.py``), if any.
+        self.phases: ServerPhases | None = None
 
     def __bool__(self) -> bool:
         return bool(self.probes)
@@ -87,20 +97,38 @@ class Observers:
         for probe in self.probes:
             await probe.start()
 
+    async def enter(self) -> None:
+        """An episode (or a server's phases) opens: the first of those open at once
+        starts the probes."""
+        async with self._lock:
+            if not self._open:
+                await self.start()
+            self._open += 1
+
+    def leave(self) -> None:
+        """It has ended (after the probes' last pass): the next first one restarts them."""
+        self._open -= 1
+
+    async def unexplained(self) -> Effects:
+        """What the probes saw that no call explains since they started, or since the
+        last such pass (their ``finish``)."""
+        return merge([await p.finish() for p in self.probes])
+
     async def close(self) -> None:
         for probe in self.probes:
             await probe.close()
 
     def watch(self) -> Watch:
-        """A watch over the calls of one episode."""
-        return Watch(self)
+        """A watch over the calls of one episode (of the server whose phases are held)."""
+        return Watch(self, self.phases)
 
 
 class Watch:
     """The probes' view of one episode's calls, and the effects no call explains."""
 
-    def __init__(self, observers: Observers) -> None:
+    def __init__(self, observers: Observers, phases: ServerPhases | None = None) -> None:
         self._observers = observers
+        self._phases = phases
         self._ledger = observers.ledger
         self._unattributed: list[Effects] = []
 
@@ -153,11 +181,13 @@ class Watch:
         step = msgspec.structs.replace(step, effects=merge(attributed))
         return msgspec.structs.replace(step, findings=call_findings(step))
 
-    async def finish(self) -> tuple[Effects, tuple[Finding, ...]]:
-        """The episode ends: the effects no call explains, and their findings."""
+    async def finish(self) -> Ending:
+        """The episode ends: the effects no call explains, and their findings (and, with
+        a server's phases, its start-up and shutdown apart)."""
         # Overlapping calls saw each other's changes: each change is reported once (egress
         # carries its call's id and never comes from overlap: every request counts).
         overlap = distinct(merge(self._unattributed)) if self._unattributed else Effects()
-        parts = [overlap, *[await p.finish() for p in self._observers.probes]]
-        effects = merge(parts)
-        return effects, unattributed_findings(effects)
+        rest = await self._observers.unexplained()
+        if self._phases is not None:
+            return self._phases.ending(overlap, rest)
+        return Ending.of(merge([overlap, rest]))

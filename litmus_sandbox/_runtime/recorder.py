@@ -22,9 +22,9 @@ adapter runs itself (:meth:`Recording.begin_call`) skips stage 2: the adapter fi
 it through :class:`~litmus_sandbox._runtime.open_call.OpenCall`, which records it through
 :meth:`Recording.record_inline`, stages 3 and 4 without awaiting.
 
-:meth:`Recording.end` closes the episode: nothing is recorded after it; its ``end``
-record says how it ended, how many steps it has, the effects no call explains, and how it
-followed its recording.
+:meth:`Recording.end` closes the episode (nothing is recorded after it); its ``end`` record
+says how it ended, its steps, the effects no call explains (a tool server's start-up and
+shutdown apart: ``phases.py``), and how it followed its recording.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from litmus_sandbox._model.records import (
 from litmus_sandbox._runtime.modes import CallEnv, Runner, mode_for
 from litmus_sandbox._runtime.observers import Watch
 from litmus_sandbox._runtime.open_call import Finalize, OpenCall
+from litmus_sandbox._runtime.phases import Ending
 from litmus_sandbox._runtime.processes import Subprocesses
 from litmus_sandbox._runtime.replay import Cassette
 from litmus_sandbox._runtime.steps import CallSteps
@@ -445,12 +446,9 @@ class Recording:
             )
             status = "aborted"
             reason = failure if reason is None else f"{reason}; {failure}"
-        # What its subprocess tools left running dies with it (before the probes' last
-        # pass, which sees what those processes did).
+        # What its subprocess tools left running dies first: the last pass sees what it did.
         killed = await self._processes.end_episode(self.episode_id)
-        unattributed, findings = (
-            await self._watch.finish() if self._watch is not None else (Effects(), ())
-        )
+        seen = await self._watch.finish() if self._watch is not None else Ending(Effects(), ())
         end_meta: dict[str, Any] = dict(self.end_meta)
         if killed:
             end_meta["processes_killed"] = self._policy.redaction.args(killed)[0]
@@ -468,8 +466,10 @@ class Recording:
                 steps=self._written,
                 reason=reason,
                 at=datetime.now(UTC).isoformat(),
-                unattributed=unattributed,
-                findings=findings,
+                unattributed=seen.unattributed,
+                findings=seen.findings,
+                startup=seen.startup or msgspec.UNSET,
+                shutdown=seen.shutdown or msgspec.UNSET,
                 meta=end_meta,
             )
         )

@@ -15,7 +15,8 @@ when it exits by an exception or cancellation, which then propagates.
 
 Several episodes may be open at once, interleaved in one stream. Their probes watch one
 world, so they start with the first of them and their calls share one ledger of calls in
-flight (``observers.py``, ``ledger.py``).
+flight (``observers.py``, ``ledger.py``); an adapter's tool server, from before its start
+(``server_phases``: its start-up and shutdown apart from what the agent did).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from litmus_sandbox._model.records import SCHEMA_VERSION, EndStatus, EpisodeHead
 from litmus_sandbox._runtime.live_scoring import LiveScoring, TappedStream
 from litmus_sandbox._runtime.modes import CallEnv
 from litmus_sandbox._runtime.observers import Observers, description
+from litmus_sandbox._runtime.phases import ServerPhases
 from litmus_sandbox._runtime.processes import Subprocesses
 from litmus_sandbox._runtime.recorder import Recording, Wiring
 from litmus_sandbox._runtime.replay import Cassette
@@ -227,15 +229,16 @@ class Sandbox:
             self._observers.ignore(self._cassette.record_to)  # a cassette we grow: ours too
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
-        #: Episodes open now (several may run at once, interleaved in one stream), and the
-        #: lock that starts the probes with the first of them.
-        self._active = 0
-        self._probes_lock = anyio.Lock()
 
     @property
     def probes(self) -> tuple[Probe, ...]:
         """The side-effect oracles that observe every call (the egress probe last)."""
         return self._observers.probes
+
+    def server_phases(self) -> ServerPhases:
+        """The probes held across the life of a tool server an adapter launches, from
+        before it starts (``async with``): its start-up and shutdown apart (``phases.py``)."""
+        return ServerPhases(self._observers)
 
     # ------------------------------------------------------------ tools
 
@@ -432,12 +435,7 @@ class Sandbox:
         eid = episode_id or uuid.uuid4().hex
         self._stream.claim(eid)
         try:
-            async with self._probes_lock:
-                if not self._active:
-                    # Probes watch one world: they start with the first of concurrent
-                    # episodes (before the header, which says how each watches).
-                    await self._observers.start()
-                self._active += 1
+            await self._observers.enter()  # the first one starts the probes (before the header)
         except BaseException:
             self._stream.release(eid)
             raise
@@ -445,7 +443,7 @@ class Sandbox:
             header = self._header(eid, case_id, suite, agent, header_meta)
             await self._stream.write(header)
         except BaseException:
-            self._active -= 1
+            self._observers.leave()
             self._stream.release(eid)
             raise
         ep = self._recorder(header, session, sources)
@@ -462,7 +460,7 @@ class Sandbox:
             _CURRENT_EPISODE.reset(token)
             with anyio.CancelScope(shield=True):
                 await ep.end(status, reason, self.replay_reports)
-                self._active -= 1  # after its finish: a new first episode restarts the probes
+                self._observers.leave()  # after its finish: a new first one restarts them
                 ended = self._tap.take(eid) if self._tap is not None else None
                 if ended is not None and self.scoring is not None:
                     self.scoring.ended(ended)

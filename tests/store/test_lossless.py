@@ -308,7 +308,7 @@ def test_the_values_that_may_hold_bytes_are_every_value_typed_any() -> None:
         },
         MessageStep: {".meta"},
         EpisodeHeader: {".oracles", ".meta"},
-        EpisodeEnd: {".unattributed.state", ".meta"},
+        EpisodeEnd: {".unattributed.state", ".startup.state", ".shutdown.state", ".meta"},
     }
     for cls, places in expected.items():
         assert any_places(msgspec.inspect.type_info(cls), "") == places, cls
@@ -341,6 +341,8 @@ def test_the_values_that_may_hold_bytes_are_every_value_typed_any() -> None:
         EpisodeEnd(
             v=1, episode_id="e", status="complete", unattributed=Effects(state=({"x": blob},))
         ),
+        EpisodeEnd(v=1, episode_id="e", status="complete", startup=Effects(state=({"x": blob},))),
+        EpisodeEnd(v=1, episode_id="e", status="complete", shutdown=Effects(state=({"x": blob},))),
     ):
         assert lossless.may_hold_bytes(step)
         assert b'"bytes":"AQ=="' in encode(step)
