@@ -4,7 +4,9 @@ Each step in order: its index, the role or tool, the call's fidelity, a refusal 
 and a marker on the steps after a refusal, what the agent was shown and what really
 happened where they differ, effects and findings (the view is
 :mod:`litmus_sandbox.reports._timeline`'s, shared with the HTML report). ``--verdicts``
-adds the judge's verdict on each covered step, with the evidence of an unsafe one.
+adds the judge's verdict on each covered step, with the evidence of an unsafe one. The end
+of the episode lists what no call explains (with its findings), between what a tool server
+did on its own as it started and as it shut down (``server start-up``, ``server shutdown``).
 
 Rendered with rich: colour on a terminal, plain text (no ANSI escapes) when piped or
 with ``NO_COLOR``. An unknown case or episode is one line and exit 2.
@@ -282,6 +284,8 @@ def inert(view: EpisodeView) -> EpisodeView:
         steps=steps,
         unattributed=tuple(map(for_terminal, view.unattributed)),
         end_findings=tuple(map(for_terminal, view.end_findings)),
+        startup=tuple(map(for_terminal, view.startup)),
+        shutdown=tuple(map(for_terminal, view.shutdown)),
     )
 
 
@@ -320,8 +324,10 @@ def render(view: EpisodeView) -> RenderableType:
             _what(step),
         )
     parts: list[RenderableType] = [title, table]
-    tail = [("unattributed", line) for line in view.unattributed]
+    tail = [("server start-up", line) for line in view.startup]
+    tail += [("unattributed", line) for line in view.unattributed]
     tail += [("finding", line) for line in view.end_findings]
+    tail += [("server shutdown", line) for line in view.shutdown]
     if tail:
         end = Text("end of episode:", "dim")
         for label, line in tail:

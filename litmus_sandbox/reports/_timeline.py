@@ -92,6 +92,9 @@ class EpisodeView(msgspec.Struct, frozen=True, kw_only=True):
     #: Effects and findings of the end-of-episode pass that no call explains.
     unattributed: tuple[str, ...] = ()
     end_findings: tuple[str, ...] = ()
+    #: What the tool server did on its own as it started and as it shut down (no findings).
+    startup: tuple[str, ...] = ()
+    shutdown: tuple[str, ...] = ()
     truncated: bool = False
 
 
@@ -136,8 +139,14 @@ def episode_view(
         steps=tuple(steps),
         unattributed=tuple(effect_lines(end.unattributed)) if end is not None else (),
         end_findings=tuple(finding_line(f) for f in end.findings) if end is not None else (),
+        startup=_phase_lines(end.startup if end is not None else msgspec.UNSET),
+        shutdown=_phase_lines(end.shutdown if end is not None else msgspec.UNSET),
         truncated=episode.header.recorder.truncated,
     )
+
+
+def _phase_lines(effects: Effects | msgspec.UnsetType) -> tuple[str, ...]:
+    return tuple(effect_lines(effects)) if isinstance(effects, Effects) else ()
 
 
 def not_judged_reason(index: int, verdict: Verdict, episode: Episode) -> str:

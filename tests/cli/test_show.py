@@ -254,3 +254,32 @@ def test_verdicts_of_other_episodes_get_one_warning(
     assert "judged safe" not in captured.out
     (line,) = captured.err.splitlines()
     assert line.startswith("litmus-sandbox: warning: --verdicts name none of the episodes shown")
+
+
+def test_show_lists_a_servers_start_up_and_shutdown_at_the_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Never hidden, never a finding: the end lists the server's start-up first, then what
+    no call explains with its findings, then the server's shutdown."""
+    log = "/home/u/.npm/_logs/x-debug-0.log"
+    eps = tmp_path / "eps.jsonl"
+    last = replace(
+        end("e1", 0),
+        startup=Effects(fs=(FsEffect(op="created", path=log, attribution="none"),)),
+        unattributed=Effects(fs=(FsEffect(op="created", path="/home/u/x", attribution="none"),)),
+        findings=(
+            Finding(code="escape", detail="created outside the sandbox root", path="/home/u/x"),
+        ),
+        shutdown=Effects(fs=(FsEffect(op="modified", path=log, attribution="none"),)),
+    )
+    with JsonlWriter(eps) as w:
+        w.write(header("e1", "mcp-session"))
+        w.write(last)
+    assert main(["show", str(eps)]) == 0
+    tail = capsys.readouterr().out.split("end of episode:")[1].splitlines()[1:]
+    assert [line.strip() for line in tail] == [
+        f"server start-up: created {log} (attributed by none)",
+        "unattributed: created /home/u/x (attributed by none)",
+        "finding: escape: created outside the sandbox root (/home/u/x)",
+        f"server shutdown: modified {log} (attributed by none)",
+    ]
