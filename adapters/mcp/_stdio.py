@@ -36,6 +36,12 @@ MCP client would, and the server is given ``grace`` seconds to exit before it is
 terminated; a client that hung up with nothing pending finished cleanly, and its
 episode ends ``complete`` whatever the server does after (a signal included).
 
+The probes take their baseline before the server is launched, and the server's own
+start-up and shutdown are told apart from the agent's session (``_runtime/phases.py``):
+the start-up ends before the client's first message past the handshake reaches the
+server, the shutdown begins when the client hangs up with nothing pending. The episode's
+end lists them (``startup``, ``shutdown``), with no finding.
+
 A session whose client only probed the server (``server/discover``, never a
 ``tools/call`` nor a completed ``initialize``) records no episode. Lines longer than
 ``max_message_bytes`` are never held whole; see ``_relay/_core.py`` for what else a
@@ -157,7 +163,8 @@ class StdioProxy:
         executable = shutil.which(self.command[0], path=self.env.get("PATH"))
         if executable is None:
             raise ConfigError(f"cannot start the MCP server: {self.command[0]!r} not found")
-        async with Sandbox(**self._sandbox_kw) as sandbox:
+        async with Sandbox(**self._sandbox_kw) as sandbox, sandbox.server_phases() as phases:
+            # The probes' baseline is taken: the server's start-up is seen, and told apart.
             # The server's stdin and stdout are pipes of our own, spoken to like the
             # client's (``_fdstream``): a write the pipe takes at once costs no trip
             # through the loop, which is most of what a relay adds to a call.
@@ -186,6 +193,7 @@ class StdioProxy:
                     session = Session(
                         self, sandbox, process, (upstream_in, upstream_out), client_in, client_out
                     )
+                    session.phases = phases
                     self._session = session
                     if self._stop_reason is not None:
                         session.stop(self._stop_reason)

@@ -37,6 +37,7 @@ from ._relay import (
     Abort,
     Action,
     CutOff,
+    EndStartup,
     FinishCall,
     KeepAnswer,
     Note,
@@ -116,6 +117,7 @@ class SessionBase(abc.ABC):
             timeout=proxy.timeout,
             max_message_bytes=proxy.max_message_bytes,
             max_answer_bytes=sandbox.max_result_bytes,
+            startup=True,  # the server is ours: its start-up is told apart
         )
         # fast_acquire: an uncontended lock must not yield to the loop (latency per call).
         self._to_client_lock = anyio.Lock(fast_acquire=True)
@@ -149,8 +151,9 @@ class SessionBase(abc.ABC):
 
     def perform_now(self, actions: list[Action]) -> int:
         """Carry out the core's actions that need no waiting, in order; returns the index
-        of the first that does (a call that opens the episode, or runs in a task), or
-        ``len(actions)``. Only on the fast path (:attr:`fast`): the client is a pipe.
+        of the first that does (a call that opens the episode, or runs in a task; the end
+        of the server's start-up), or ``len(actions)``. Only on the fast path
+        (:attr:`fast`): the client is a pipe.
 
         A write either side's pipe cannot take whole is queued in order behind what was
         queued before; the flush is owed (``_settle``) before the next line is read.
@@ -168,6 +171,8 @@ class SessionBase(abc.ABC):
                 assert isinstance(action, StartCall)
                 if not self._start_now(action.pending):
                     return i
+            elif kind is EndStartup:
+                return i
             else:
                 self._note(action)
         if self._core.next_deadline < self._wake_at:
@@ -190,9 +195,7 @@ class SessionBase(abc.ABC):
         if self.fast:
             i = self.perform_now(actions)
             while i < len(actions):
-                action = actions[i]
-                assert isinstance(action, StartCall)
-                await self._start(action.pending)
+                await self._wait_for(actions[i])
                 i += 1 + self.perform_now(actions[i + 1 :])
             if self.owes_flush:
                 await self._settle()
@@ -206,9 +209,8 @@ class SessionBase(abc.ABC):
             elif kind is FinishCall:
                 assert isinstance(action, FinishCall)
                 await self._finish(action)
-            elif kind is StartCall:
-                assert isinstance(action, StartCall)
-                await self._start(action.pending)
+            elif kind is StartCall or kind is EndStartup:
+                await self._wait_for(action)
             else:
                 self._note(action)
         self._wake_earlier()
@@ -240,8 +242,9 @@ class SessionBase(abc.ABC):
                 self._process.terminate()
 
     @abc.abstractmethod
-    async def _start(self, pending: Pending) -> None:
-        """Start a ``tools/call`` the core began (``_stdio_calls.py``)."""
+    async def _wait_for(self, action: Action) -> None:
+        """Start a ``tools/call`` the core began (``StartCall``: ``_stdio_calls.py``), or
+        end the server's start-up (``EndStartup``)."""
 
     @abc.abstractmethod
     def _start_now(self, pending: Pending) -> bool:

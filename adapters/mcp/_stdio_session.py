@@ -6,6 +6,11 @@ server is gone, then tells the core (``Relay.server_closed``) and performs what 
 whatever still waits is answered. A stop (a signal) cancels it all and performs the
 core's ``stop``; after a clean finish (the client closed its input with nothing
 pending) a stop only hurries the server's end: the episode stays ``complete``.
+
+The server's phases (``_runtime/phases.py``): its start-up ends when the core says
+(``EndStartup``, before the client's first message past the handshake is passed on);
+the session ends at a clean finish, before the server's stdin is closed: what follows
+is the server's shutdown.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import Process
 
+from litmus_sandbox._runtime.phases import ServerPhases
+
 from ._episodes import EpisodeSlot
 from ._fdstream import Later, LineTooLong, feed_lines
-from ._relay import Action, FinishCall
+from ._relay import Action, FinishCall, StartCall
 from ._stdio_calls import CallSession
 
 
@@ -29,6 +36,8 @@ class Session(CallSession):
     _stopped: str | None = None
     _stop_actions: list[Action]
     _slot_made = False
+    #: The server's phases, held by the proxy across its life (None: not told apart).
+    phases: ServerPhases | None = None
 
     async def run(self) -> int:
         self._now = _clock()
@@ -139,6 +148,12 @@ class Session(CallSession):
             actions = core.server_too_long(line.size)
         return self._handle(actions) if actions else None
 
+    async def _wait_for(self, action: Action) -> None:
+        if isinstance(action, StartCall):
+            await self._start(action.pending)
+        elif self.phases is not None:  # EndStartup: what the server did so far was its own
+            await self.phases.end_startup()
+
     def _cut(self) -> bool:
         return self._cut_off is not None  # not another byte from the server
 
@@ -146,6 +161,8 @@ class Session(CallSession):
         core = self._core
         await feed_lines(self._client_in, core.max_message_bytes, self._client_line)
         core.client_closed(self._now())
+        if core.clean and self.phases is not None:
+            await self.phases.end_session()  # from now on: the server's shutdown
         # The client hung up: close the server's stdin, as an MCP client does on shutdown
         # (after what is still queued for it).
         with anyio.move_on_after(self._proxy.grace, shield=True):

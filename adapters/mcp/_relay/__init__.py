@@ -16,6 +16,9 @@ from ._actions import (
     CutOff as CutOff,
 )
 from ._actions import (
+    EndStartup as EndStartup,
+)
+from ._actions import (
     FinishCall as FinishCall,
 )
 from ._actions import (

@@ -80,6 +80,16 @@ class FinishCall:
         return f"FinishCall({self.pending!r}, {self.how})"
 
 
+class EndStartup:
+    """The client's first message past the handshake is next: the server's start-up is
+    over (the driver takes the probes' pass before that message reaches the server)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EndStartup()"
+
+
 class Abort:
     """The episode will end ``aborted`` with this reason (the first reason stands);
     ``say``: tell the operator on stderr too."""
@@ -139,4 +149,15 @@ class CutOff:
         self.reason = reason
 
 
-Action = ToServer | ToClient | StartCall | FinishCall | Abort | Offer | KeepAnswer | Note | CutOff
+Action = (
+    ToServer
+    | ToClient
+    | StartCall
+    | FinishCall
+    | EndStartup
+    | Abort
+    | Offer
+    | KeepAnswer
+    | Note
+    | CutOff
+)

@@ -32,6 +32,9 @@ line from a crashed server, junk, invalid UTF-8) is dropped and counted
 (``meta["mcp"]["dropped_from_server"]``); an answer in invalid UTF-8 to a request that
 waits fails that request, saying so.
 
+Start-up (``_startup.py``). A driver that launched the server asks for ``startup``: an
+``EndStartup`` comes before the client's first message past the handshake.
+
 Episodes. A session is worth an episode (:attr:`Relay.engaged`) once it made a
 ``tools/call``, its ``initialize`` was answered, something was refused, or it failed; a
 connection that only probed (``server/discover``, ``ping``, lists) records none. A
@@ -65,6 +68,7 @@ from ._actions import (
     Abort,
     Action,
     CutOff,
+    EndStartup,
     FinishCall,
     KeepAnswer,
     Note,
@@ -75,6 +79,7 @@ from ._actions import (
 )
 from ._guard import INVALID_REQUEST, Guard, Refusal, refusal_of, valid_id
 from ._limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_MESSAGE_BYTES, request_id_of, too_deep
+from ._startup import Startup
 from ._states import Event, Key, Pending, State, advance
 from ._tasks import Tasks, created_task, task_id_of
 
@@ -83,7 +88,7 @@ from ._tasks import Tasks, created_task, task_id_of
 _MAX_UNFORWARDED = 4096
 
 
-class Relay(Tasks, Guard):
+class Relay(Tasks, Guard, Startup):
     """One MCP session's relay decisions (see the module's theory of operation).
 
     Args:
@@ -92,6 +97,7 @@ class Relay(Tasks, Guard):
         max_message_bytes: the size limit the driver's line readers apply.
         max_depth: arrays and objects one message may nest.
         max_answer_bytes: the largest handshake answer kept for server-less replay.
+        startup: say when the server's start-up ends (``EndStartup``).
     """
 
     def __init__(
@@ -101,11 +107,13 @@ class Relay(Tasks, Guard):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_depth: int = DEFAULT_MAX_DEPTH,
         max_answer_bytes: int = 256 << 10,
+        startup: bool = False,
     ) -> None:
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.max_depth = max_depth
         self.max_answer_bytes = max_answer_bytes
+        self.starting = startup
         #: Every request awaiting an answer, by id key.
         self.pending: dict[Key, Pending] = {}
         self._progress: dict[Key, Pending] = {}
@@ -154,6 +162,8 @@ class Relay(Tasks, Guard):
                 Abort(f"the client sent {why}"),
             ]
         msg = parse(line)
+        if self.starting and self._ends_startup(msg):  # the message, once it is over
+            return [EndStartup(), *self.from_client(line, now)]
         kind = msg.kind
         if kind == "request":
             if msg.method == "tools/call":
