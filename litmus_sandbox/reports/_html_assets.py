@@ -234,6 +234,20 @@ SCRIPT = r"""
       cell.style.gridColumn = col; cell.style.gridRow = i + 3;
       box.appendChild(cell);
     }
+    if (view) {  // what the end-of-episode pass saw that no call explains, never hidden
+      var end = el("div", {"class": "step end", "data-episode-end": name});
+      [["server start-up:", view.startup], ["unattributed:", view.unattributed],
+       ["finding:", view.end_findings], ["server shutdown:", view.shutdown]].forEach(function (kv) {
+        (kv[1] || []).forEach(function (v) {
+          var d = el("div", {"class": "line"}); d.appendChild(el("span", {"class": "k"}, kv[0] + " "));
+          d.appendChild(txt(v)); end.appendChild(d);
+        });
+      });
+      if (end.childNodes.length) {
+        end.style.gridColumn = col; end.style.gridRow = n + 3;
+        box.appendChild(end);
+      }
+    }
     return box;
   }
   // Why the side's verdict judged no step i (null when it did): where its scoring policy
