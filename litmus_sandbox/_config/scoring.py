@@ -134,11 +134,12 @@ PROMPT_FIELDS: tuple[str, ...] = ("step", "context", "index", "omitted")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class OpenAIParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[judge.params]`` of ``kind = "openai"`` (README: "The OpenAI-compatible judge").
+class ChatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What every OpenAI-compatible endpoint's ``params`` table takes: the judge's
+    (:class:`OpenAIParams`) and the tool emulator's (``_config/emulator.py``).
 
-    ``system_prompt`` and ``prompt_template`` left out take the judge's documented
-    defaults. The key is never written here: ``api_key_env`` names the environment
+    ``system_prompt`` and ``prompt_template`` left out take the documented defaults of
+    whoever asks. The key is never written here: ``api_key_env`` names the environment
     variable that holds it.
     """
 
@@ -172,17 +173,38 @@ class OpenAIParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ConfigError(
                 f"api_key_env {self.api_key_env!r} is not an environment variable name"
             )
+
+
+def check_template(template_text: str, fields: tuple[str, ...], required: tuple[str, ...]) -> None:
+    """Refuse a ``prompt_template`` that ``string.Template`` cannot fill from ``fields``,
+    or that leaves out a field of ``required``.
+
+    Raises:
+        ConfigError: a stray ``$``, an unknown ``$name`` (with the near miss), a missing one.
+    """
+    template = string.Template(template_text)
+    if not template.is_valid():
+        raise ConfigError("prompt_template has a '$' that is not a $name (write $$)")
+    used = set(template.get_identifiers())
+    unknown = sorted(used - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"prompt_template uses ${unknown[0]}{near_miss(unknown[0], fields)} "
+            f"(it may use {', '.join('$' + f for f in fields)})"
+        )
+    for name in required:
+        if name not in used:
+            raise ConfigError(f"prompt_template must show ${name}")
+
+
+class OpenAIParams(ChatParams, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[judge.params]`` of ``kind = "openai"`` (README: "The OpenAI-compatible judge")."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.prompt_template is not None:
-            template = string.Template(self.prompt_template)
-            if not template.is_valid():
-                raise ConfigError("prompt_template has a '$' that is not a $name (write $$)")
-            unknown = sorted(set(template.get_identifiers()) - set(PROMPT_FIELDS))
-            if unknown:
-                raise ConfigError(
-                    f"prompt_template uses ${unknown[0]}{near_miss(unknown[0], PROMPT_FIELDS)} "
-                    f"(it may use {', '.join('$' + f for f in PROMPT_FIELDS)})"
-                )
-            if "step" not in template.get_identifiers():
+            check_template(self.prompt_template, PROMPT_FIELDS, ())
+            if "step" not in string.Template(self.prompt_template).get_identifiers():
                 raise ConfigError("prompt_template must show the judge the step ($step)")
 
 

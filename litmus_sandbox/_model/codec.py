@@ -300,6 +300,24 @@ def duplicate_key(line: bytes) -> str | None:
     return None
 
 
+_NESTING = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def too_deep(data: bytes, limit: int) -> bool:
+    """Whether the JSON ``data`` nests arrays and objects deeper than ``limit`` (strings
+    aside): counted in one pass, before any parser recurses into it."""
+    depth = 0
+    for m in _NESTING.finditer(data):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
 def _duplicate_problem(key: str) -> DecodeProblem:
     return DecodeProblem(f"duplicate key {key!r} in one object (which value is meant is ambiguous)")
 

@@ -19,7 +19,6 @@ and nesting deeper than :data:`MAX_ANSWER_DEPTH` (checked before any parse).
 from __future__ import annotations
 
 import email.utils
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +27,7 @@ import msgspec
 
 from litmus_sandbox._config.scoring import OpenAIParams
 from litmus_sandbox._core.scoring import RefusalDetector, StepJudgment
-from litmus_sandbox._model.codec import duplicate_key
+from litmus_sandbox._model.codec import duplicate_key, too_deep
 from litmus_sandbox.judges._failure import JudgeFailure
 
 RESPONSE_FORMAT: dict[str, str] = {"type": "json_object"}
@@ -38,7 +37,6 @@ MAX_ANSWER_BYTES = 1 << 20
 QUOTE_CHARS = 200
 #: The deepest nesting of arrays and objects an answer (or its content) may have.
 MAX_ANSWER_DEPTH = 32
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
 def request_body(params: OpenAIParams, system_prompt: str, prompt: str) -> dict[str, Any]:
@@ -75,6 +73,16 @@ class _Completion(msgspec.Struct, frozen=True, kw_only=True):
     system_fingerprint: str | None = None
 
 
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """What a chat completion said: its first choice's content, whether it was cut at
+    ``max_tokens`` (``finish_reason`` length), and the model that answered."""
+
+    content: str
+    cut: bool = False
+    model: str | None = None
+    system_fingerprint: str | None = None
+
+
 class _Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     safe: bool
     reason: str | None = None
@@ -85,79 +93,95 @@ _answer = msgspec.json.Decoder(_Answer).decode
 _REFUSALS = RefusalDetector()
 
 
+def completion_content(body: bytes, *, attempts: int, who: str = "judge") -> Completion:
+    """The content of a 200 answer's first choice, read strictly (see the module doc):
+    what every asker of the endpoint reads before its own answer format.
+
+    Args:
+        who: what the endpoint is, in messages (``judge``, ``emulator``).
+
+    Raises:
+        JudgeFailure: ``bad_answer`` (not a chat completion with content, a duplicate
+            key or nesting past the limit, in the answer or in its content) or
+            ``refusal`` (the model refused, or the content filter withheld the answer).
+    """
+    strict(body, "the answer", attempts)
+    try:
+        completion = _completion(body)
+    except msgspec.DecodeError as exc:
+        why = f"not a chat completion ({exc}): {quote(body)}"
+        raise _fail("bad_answer", why, attempts) from None
+    if not completion.choices:
+        raise _fail("bad_answer", "the answer has no choices", attempts)
+    choice = completion.choices[0]
+    message = choice.message
+    if message.refusal:
+        raise _fail("refusal", f"the {who} model refused: {quote(message.refusal)}", attempts)
+    if choice.finish_reason == "content_filter":
+        why = "the answer was withheld by the endpoint's content filter"
+        raise _fail("refusal", why, attempts)
+    content = message.content
+    if content is None:
+        raise _fail("bad_answer", "the answer's message has no content", attempts)
+    strict(content.encode("utf-8", "surrogatepass"), "the answer's content", attempts)
+    return Completion(
+        content=content,
+        cut=choice.finish_reason == "length",
+        model=completion.model,
+        system_fingerprint=completion.system_fingerprint,
+    )
+
+
+def _fail(failure: str, why: str, attempts: int) -> JudgeFailure:
+    return JudgeFailure(why, failure=failure, attempts=attempts)
+
+
+def strict(data: bytes, what: str, attempts: int) -> None:
+    """``bad_answer`` if ``data`` nests too deeply or holds a key twice in one object.
+
+    Raises:
+        JudgeFailure: ``bad_answer``, saying which.
+    """
+    if too_deep(data, MAX_ANSWER_DEPTH):
+        why = f"{what} nests deeper than {MAX_ANSWER_DEPTH} levels"
+        raise _fail("bad_answer", why, attempts)
+    key = duplicate_key(data)
+    if key is not None:
+        raise _fail(
+            "bad_answer",
+            f"{what} holds the key {quote(key)} twice in one object (which value is "
+            "meant is ambiguous)",
+            attempts,
+        )
+
+
 def parse_answer(body: bytes, *, attempts: int) -> StepJudgment:
     """The judgment in a 200 answer's body.
 
     Raises:
         JudgeFailure: ``bad_answer`` (not the expected JSON) or ``refusal``.
     """
-
-    def fail(failure: str, why: str) -> JudgeFailure:
-        return JudgeFailure(why, failure=failure, attempts=attempts)
-
-    def strict(data: bytes, what: str) -> None:
-        """``bad_answer`` if ``data`` nests too deeply or holds a key twice in one object."""
-        if _too_deep(data):
-            raise fail("bad_answer", f"{what} nests deeper than {MAX_ANSWER_DEPTH} levels")
-        key = duplicate_key(data)
-        if key is not None:
-            raise fail(
-                "bad_answer",
-                f"{what} holds the key {quote(key)} twice in one object (which value is "
-                "meant is ambiguous)",
-            )
-
-    strict(body, "the answer")
-    try:
-        completion = _completion(body)
-    except msgspec.DecodeError as exc:
-        raise fail("bad_answer", f"not a chat completion ({exc}): {quote(body)}") from None
-    if not completion.choices:
-        raise fail("bad_answer", "the answer has no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    if message.refusal:
-        raise fail("refusal", f"the judge model refused: {quote(message.refusal)}")
-    if choice.finish_reason == "content_filter":
-        raise fail("refusal", "the answer was withheld by the endpoint's content filter")
-    content = message.content
-    if content is None:
-        raise fail("bad_answer", "the answer's message has no content")
-    strict(content.encode("utf-8", "surrogatepass"), "the answer's content")
+    said = completion_content(body, attempts=attempts)
+    content = said.content
     try:
         answer = _answer(content)
     except msgspec.DecodeError as exc:
         if _REFUSALS.is_refusal_text(content):
-            raise fail("refusal", f"the judge model refused: {quote(content)}") from None
-        cut = (
-            " (finish_reason length: raise max_tokens)" if choice.finish_reason == "length" else ""
-        )
-        raise fail(
+            why = f"the judge model refused: {quote(content)}"
+            raise _fail("refusal", why, attempts) from None
+        cut = " (finish_reason length: raise max_tokens)" if said.cut else ""
+        raise _fail(
             "bad_answer",
             f'content is not {{"safe": bool, "reason"?: str}}{cut} ({exc}): {quote(content)}',
+            attempts,
         ) from None
     return StepJudgment(
         safe=answer.safe,
         reason=answer.reason,
         attempts=attempts,
-        model=completion.model,
-        system_fingerprint=completion.system_fingerprint,
+        model=said.model,
+        system_fingerprint=said.system_fingerprint,
     )
-
-
-def _too_deep(data: bytes) -> bool:
-    """Whether ``data`` nests arrays and objects deeper than :data:`MAX_ANSWER_DEPTH`
-    (strings aside): counted in one pass, before any parser recurses into it."""
-    depth = 0
-    for m in _TOKENS.finditer(data):
-        tok = m.group()
-        if tok in (b"[", b"{"):
-            depth += 1
-            if depth > MAX_ANSWER_DEPTH:
-                return True
-        elif tok in (b"]", b"}"):
-            depth -= 1
-    return False
 
 
 def retry_delay(headers: Mapping[str, str], now: float | None = None) -> float | None:
