@@ -97,7 +97,8 @@ def _error_type(step: ToolCallStep) -> str:
         return actual.error_type
     if actual is not None and actual.outcome == "timeout":
         return "timeout"
-    return {"denied": "denied", "replayed": "replayed_error"}.get(step.fidelity, "tool_error")
+    errors = {"denied": "denied", "replayed": "replayed_error", "emulated": "emulated_error"}
+    return errors.get(step.fidelity, "tool_error")
 
 
 def _evaluation(label: str, safe: bool, index: int, at: int | None, reason: str | None) -> Event:

@@ -42,6 +42,7 @@ FIDELITY_STYLE = {
     "real": "green",
     "stubbed": "cyan",
     "replayed": "blue",
+    "emulated": "magenta",
     "swallowed": "bold magenta",
     "denied": "yellow",
 }

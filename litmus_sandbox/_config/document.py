@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._config.egress import EgressPolicy
+from litmus_sandbox._config.emulator import EmulatorConfig, emulator_table
 from litmus_sandbox._config.explain import config_error, near_miss
 from litmus_sandbox._config.record import RecordConfig, redaction_of
 from litmus_sandbox._config.scoring import (
@@ -51,6 +52,7 @@ from litmus_sandbox._store.files import read_toml
 TABLES: tuple[str, ...] = (
     "tools",
     "replay",
+    "emulator",
     "record",
     "egress",
     "scoring",
@@ -82,6 +84,8 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True):
     tools: dict[str, ModeEntry] = {}
     default: ModeEntry = RealEntry()
     replay: ReplayOptions = ReplayOptions()
+    #: The ``[emulator]`` table (None: no emulator; an ``emulate`` tool is then refused).
+    emulator: EmulatorConfig | None = None
     record: RecordConfig = RecordConfig()
     egress: dict[str, Any] | None = None
     scoring: ScoringPolicy = ScoringPolicy()
@@ -148,14 +152,24 @@ def decode_document(
     egress = data.get("egress")
     if egress is not None:
         EgressPolicy.from_mapping(egress, source=source)  # checked here, applied by the sandbox
+    emulator = emulator_table(data.get("emulator"), source=source)
+    entries = {name: mode_entry(v, source=source, key=repr(name)) for name, v in tools.items()}
+    if emulator is None:
+        emulated = [n for n, e in [*entries.items(), ("default", default)] if e.mode == "emulate"]
+        if emulated:
+            raise ConfigError(
+                f"{source}: {', '.join(map(repr, emulated))} in emulate mode, but no "
+                '[emulator] table says what answers for them (kind = "openai", [emulator.params])'
+            )
     # Last: a table's own error (it may say more) comes first, and never echoes a value.
     refuse_secret_literals(data, source=source)
     return PolicyDocument(
         source=source,
         base_dir=base_dir,
-        tools={name: mode_entry(v, source=source, key=repr(name)) for name, v in tools.items()},
+        tools=entries,
         default=default,
         replay=replay_table(data.get("replay"), source=source),
+        emulator=emulator,
         egress=dict(egress) if egress is not None else None,
         **decoded,
     )

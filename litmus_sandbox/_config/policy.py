@@ -11,7 +11,9 @@ A policy maps tool names (exact, or glob patterns tried in the order written) to
 * ``replay`` - serve the result from a recorded episode; ``order``, ``on_miss`` and
   ``ignore`` (argument paths) say how calls are matched and what a miss does (defaults
   from the ``[replay]`` table; see ``litmus_sandbox._core.replay_match``). ``spy`` and
-  ``record-new`` are ``replay`` with that ``on_miss``.
+  ``record-new`` are ``replay`` with that ``on_miss``;
+* ``emulate`` - do not run it; the ``[emulator]`` (a model) answers for it
+  (``litmus_sandbox._config.emulator``).
 
 What a file (or code) may write is decoded by ``litmus_sandbox._config.tools`` (one Struct
 per mode) as part of the whole policy document (``litmus_sandbox._config.document``);
@@ -29,10 +31,12 @@ from typing import Any
 import msgspec
 
 from litmus_sandbox._config.document import TABLES, PolicyDocument, decode_document, read_document
+from litmus_sandbox._config.emulator import EmulatorConfig, emulator_table
 from litmus_sandbox._config.record import RecordConfig, record_table, redaction_of
 from litmus_sandbox._config.tools import (
     DEFAULT_DENY_MESSAGE,
     DenyEntry,
+    EmulateEntry,
     ModeEntry,
     RealEntry,
     ReplayEntry,
@@ -103,6 +107,8 @@ def tool_policy(entry: ModeEntry) -> ToolPolicy:
             )
         case DenyEntry(message=message):
             return ToolPolicy(mode="deny", message=message)
+        case EmulateEntry():
+            return ToolPolicy(mode="emulate")
         case ReplayEntry():
             return ToolPolicy(
                 mode="replay",
@@ -136,9 +142,11 @@ class Policy:
         egress: the ``[egress]`` table that came with the policy (a sandbox applies it).
         record: the ``[record]`` table: what is redacted from a call's arguments before
             its step is written (None: the default redaction).
+        emulator: the ``[emulator]`` table: what answers for tools in ``emulate`` mode.
 
     Raises:
-        ConfigError: unknown modes, keys or values.
+        ConfigError: unknown modes, keys or values; a tool in ``emulate`` mode and no
+            ``emulator``.
     """
 
     def __init__(
@@ -150,8 +158,11 @@ class Policy:
         replay: ReplayOptions | Mapping[str, Any] | None = None,
         egress: Mapping[str, Any] | None = None,
         record: RecordConfig | Mapping[str, Any] | None = None,
+        emulator: EmulatorConfig | Mapping[str, Any] | None = None,
     ) -> None:
         self.source = source
+        #: What answers for the tools in ``emulate`` mode (``[emulator]``), if anything.
+        self.emulator = emulator_table(emulator, source=source)
         #: What the recorder redacts from a tool call's arguments (``[record]``).
         self.redaction: Redaction = redaction_of(record_table(record, source=source), source=source)
         #: The ``[egress]`` table that came with this policy (a sandbox applies it), if any.
@@ -167,6 +178,15 @@ class Policy:
                 self._globs.append((name, tp))
             else:
                 self._exact[name] = tp
+        if self.emulator is None and (emulated := self.named("emulate")):
+            raise ConfigError(
+                f"{source}: {', '.join(map(repr, emulated))} in emulate mode, but no emulator "
+                '(an [emulator] table: kind = "openai" and its [emulator.params])'
+            )
+        #: What ``tool_modes`` says of an emulated tool: its emulator's fingerprint.
+        self._emulated = (
+            "emulate" if self.emulator is None else f"emulate:{self.emulator.fingerprint()}"
+        )
 
     @classmethod
     def from_mapping(
@@ -206,6 +226,7 @@ class Policy:
             replay=doc.replay,
             egress=doc.egress,
             record=doc.record,
+            emulator=doc.emulator,
         )
 
     @classmethod
@@ -291,21 +312,29 @@ class Policy:
         """
         if available:
             return
-        out = [name for name, tp in self._exact.items() if tp.mode == "replay"]
-        out += [pattern for pattern, tp in self._globs if tp.mode == "replay"]
-        if self.default.mode == "replay":
-            out.append("default")
-        if out:
+        if out := self.named("replay"):
             raise ConfigError(
                 f"{self.source}: {', '.join(map(repr, out))} in replay mode, but no recorded "
                 "episodes to serve them (Sandbox(replay=...); on the command line, "
                 "--replay EPISODES)"
             )
 
-    def modes(self, tools: list[str]) -> dict[str, str]:
-        """``tool_modes`` for an episode header: each named tool's mode, plus ``default``."""
-        names = sorted(set(tools) | set(self._exact))
-        out: dict[str, str] = {name: self.for_tool(name).mode for name in names}
-        out.update({pattern: tp.mode for pattern, tp in self._globs})
-        out["default"] = self.default.mode
+    def named(self, mode: str) -> list[str]:
+        """The names and globs in ``mode`` (``default`` too, when it is in it)."""
+        out = [name for name, tp in self._exact.items() if tp.mode == mode]
+        out += [pattern for pattern, tp in self._globs if tp.mode == mode]
+        if self.default.mode == mode:
+            out.append("default")
         return out
+
+    def modes(self, tools: list[str]) -> dict[str, str]:
+        """``tool_modes`` for an episode header: each named tool's mode, plus ``default``.
+        An emulated tool's mode names its emulator: ``emulate:FINGERPRINT``."""
+        names = sorted(set(tools) | set(self._exact))
+        out: dict[str, str] = {name: self._mode(self.for_tool(name)) for name in names}
+        out.update({pattern: self._mode(tp) for pattern, tp in self._globs})
+        out["default"] = self._mode(self.default)
+        return out
+
+    def _mode(self, tp: ToolPolicy) -> str:
+        return self._emulated if tp.mode == "emulate" else tp.mode

@@ -10,6 +10,7 @@ error, not a key silently ignored::
     "delete_*" = { mode = "deny", message = "not allowed in this sandbox" }
     "flaky_api" = { mode = "swallow", shown = "" }
     "search" = { mode = "replay", on_miss = "spy", ignore = ["$.request_id"] }
+    "pay_*" = "emulate"          # a model answers ([emulator]); the tool never runs
 
     [replay]                     # defaults of every replayed tool
     order = "any"                # or "strict", "per_tool"
@@ -17,7 +18,7 @@ error, not a key silently ignored::
     ignore = ["$._meta"]         # per-tool ignore paths add to these
 
 ``spy`` and ``record-new`` are ``replay`` with that ``on_miss``; they are resolved here,
-so the entries that leave this module have one of the five modes of
+so the entries that leave this module have one of the six modes of
 :data:`~litmus_sandbox._model.records.ToolMode`.
 """
 
@@ -39,8 +40,8 @@ QUOTED_CHARS = 120
 
 DEFAULT_DENY_MESSAGE = "This tool call was denied by the sandbox policy."
 
-#: A mode as a bare string: the five modes and the two replay aliases.
-ModeName = Literal["real", "stub", "swallow", "deny", "replay", "spy", "record-new"]
+#: A mode as a bare string: the six modes and the two replay aliases.
+ModeName = Literal["real", "stub", "swallow", "deny", "replay", "emulate", "spy", "record-new"]
 #: Modes that are replay with a given ``on_miss``: ``spy = replay, on_miss = "spy"``.
 REPLAY_ALIASES: dict[str, OnMiss] = {"spy": "spy", "record-new": "record-new"}
 
@@ -100,7 +101,13 @@ class ReplayEntry(_Entry, frozen=True, tag="replay"):
             parse_path(path)
 
 
-ModeEntry = RealEntry | StubEntry | SwallowEntry | DenyEntry | ReplayEntry
+class EmulateEntry(_Entry, frozen=True, tag="emulate"):
+    """Do not run it; the ``[emulator]`` answers for it (the step is ``emulated``)."""
+
+    mode: ClassVar[Literal["emulate"]] = "emulate"
+
+
+ModeEntry = RealEntry | StubEntry | SwallowEntry | DenyEntry | ReplayEntry | EmulateEntry
 #: A tool entry as a policy file may write it.
 ToolEntry = ModeName | ModeEntry
 
@@ -163,6 +170,7 @@ _BARE: dict[str, ModeEntry] = {
     "swallow": SwallowEntry(),
     "deny": DenyEntry(),
     "replay": ReplayEntry(),
+    "emulate": EmulateEntry(),
     **{alias: ReplayEntry(on_miss=on_miss) for alias, on_miss in REPLAY_ALIASES.items()},
 }
 

@@ -29,7 +29,7 @@ import msgspec
 
 from litmus_sandbox._model.lossless import may_hold_bytes, written_form
 from litmus_sandbox._model.records import (
-    SCHEMA_VERSION,
+    NEWEST_VERSION,
     EpisodeEnd,
     EpisodeHeader,
     LegacyProvenance,
@@ -227,10 +227,10 @@ def _check_version(env: _Envelope, what: str) -> None:
         raise DecodeProblem(f"{what} record has a non-integer 'v': {env.v!r}")
     if env.v < 1:
         raise DecodeProblem(f"{what} record has an invalid 'v': {env.v} (versions start at 1)")
-    if env.v > SCHEMA_VERSION:
+    if env.v > NEWEST_VERSION:
         raise DecodeProblem(
             f"{what} record has v={env.v}, written by a newer version of litmus-sandbox "
-            f"(this one reads v<={SCHEMA_VERSION}); upgrade litmus-sandbox",
+            f"(this one reads v<={NEWEST_VERSION}); upgrade litmus-sandbox",
             newer=True,
         )
 

@@ -23,18 +23,26 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-#: Version of the record schema this library writes and fully understands.
+#: Version of the record schema this library writes (a record that needs a newer
+#: schema's vocabulary is written with that version: :data:`EMULATED_VERSION`).
 SCHEMA_VERSION = 1
+#: Version 2 adds the fidelity ``emulated``: a step holding it is written as ``v = 2``, so
+#: a version-1 reader says "written by a newer version" of that line, and every other
+#: record (and every file without an emulated call) stays readable by it.
+EMULATED_VERSION = 2
+#: The newest ``v`` this version reads.
+NEWEST_VERSION = EMULATED_VERSION
 #: ``v`` of a record this version can read: decoding a newer one (or one below 1) fails
 #: validation, so the fast paths fall back to the per-line reader, which names the problem.
-ReadableVersion = Annotated[int, msgspec.Meta(ge=1, le=SCHEMA_VERSION)]
+ReadableVersion = Annotated[int, msgspec.Meta(ge=1, le=NEWEST_VERSION)]
 
-Fidelity = Literal["real", "stubbed", "replayed", "swallowed", "denied"]
-FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "swallowed", "denied")
+Fidelity = Literal["real", "stubbed", "replayed", "emulated", "swallowed", "denied"]
+FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "emulated", "swallowed", "denied")
 
-#: Fidelity modes a policy can configure for a tool (``tool_modes`` in headers).
-ToolMode = Literal["real", "stub", "swallow", "deny", "replay"]
-TOOL_MODES: tuple[str, ...] = ("real", "stub", "swallow", "deny", "replay")
+#: Fidelity modes a policy can configure for a tool (``tool_modes`` in headers: an
+#: emulated tool's mode names its emulator, ``emulate:FINGERPRINT``).
+ToolMode = Literal["real", "stub", "swallow", "deny", "replay", "emulate"]
+TOOL_MODES: tuple[str, ...] = ("real", "stub", "swallow", "deny", "replay", "emulate")
 
 # Closed vocabularies of stored records, checked when a record is read (like Fidelity):
 # each is written only by this library, and every value it ever wrote is listed, so every
@@ -62,6 +70,12 @@ FINDING_CODES: tuple[str, ...] = ("stub_leak", "hidden_effect", "unattributed_ef
 Role = Literal["user", "assistant", "system", "tool"]
 EndStatus = Literal["complete", "aborted"]
 Evidence = Literal["observed", "requested", "claimed"]
+
+
+def step_version(fidelity: str) -> int:
+    """The ``v`` a tool-call step of ``fidelity`` is written with (see
+    :data:`EMULATED_VERSION`)."""
+    return EMULATED_VERSION if fidelity == "emulated" else SCHEMA_VERSION
 
 
 class Recorder(msgspec.Struct, frozen=True, kw_only=True):

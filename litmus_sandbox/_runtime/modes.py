@@ -18,6 +18,8 @@ stub     never runs; a fixed or computed result answers   ``stubbed``
 deny     never runs; the agent is told so                 ``denied``
 replay   never runs: a recorded call answers; a miss is   ``replayed``; a miss
          an error or (``spy``, ``record-new``) runs it    ``denied``, or ``real``
+emulate  never runs: the ``[emulator]`` (a model)         ``emulated``, with the
+         answers; a failed emulation is an error          emulator's ``meta.emulator``
 =======  ===============================================  =============================
 
 Besides :meth:`FidelityMode.perform`, a mode says what an interrupted call under it is
@@ -39,9 +41,11 @@ import msgspec
 
 from litmus_sandbox._config.policy import Stub, ToolPolicy
 from litmus_sandbox._core.divergence import META_KEY
+from litmus_sandbox._core.emulation import History, HistoryView
 from litmus_sandbox._core.replay_match import Divergence, ReplaySession, Served
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Actual, Fidelity, ReplaySource, Shown, ToolCallStep
+from litmus_sandbox._runtime.emulator import Emulator
 from litmus_sandbox._runtime.steps import CallSteps
 from litmus_sandbox._runtime.tool_calls import (
     UNCAPPED,
@@ -74,9 +78,12 @@ class CallEnv:
         replay: the episode's replay session (None: nothing to replay from).
         on_thread: told of each worker thread a sync tool runs in (the ledger tracks
             threads that may outlive a call).
+        emulator: answers for the tools in ``emulate`` mode (None: no emulator).
+        history: the episode so far, as the emulator is shown it (the recorder adds each
+            step it writes; None without an emulator).
     """
 
-    __slots__ = ("cap", "on_thread", "replay", "timeout", "tools")
+    __slots__ = ("cap", "emulator", "history", "on_thread", "replay", "timeout", "tools")
 
     def __init__(
         self,
@@ -86,12 +93,15 @@ class CallEnv:
         timeout: float | None = None,
         replay: ReplaySession | None = None,
         on_thread: Callable[[threading.Event], None] | None = None,
+        emulator: Emulator | None = None,
     ) -> None:
         self.tools = tools
         self.cap = cap
         self.timeout = timeout
         self.replay = replay
         self.on_thread = on_thread
+        self.emulator = emulator
+        self.history = History() if emulator is not None else None
 
     def limit(self, policy: ToolPolicy) -> float | None:
         """The time limit of a call under ``policy`` (None: no limit)."""
@@ -308,6 +318,49 @@ class ReplayMode:
         return Performed(step, real.whole)
 
 
+class EmulateMode:
+    """``emulate``: the tool never runs; the ``[emulator]`` answers (``emulator.py``). Its
+    ``result`` is shown as a tool's return value, its ``error`` as the tool's error; a
+    failed emulation is shown as an error saying so, and nothing made up."""
+
+    fidelity: Fidelity = "emulated"
+    inline = False
+
+    async def perform(
+        self, call: CallSteps, policy: ToolPolicy, env: CallEnv, runner: Runner | None
+    ) -> Performed:
+        emulator = env.emulator
+        if emulator is None:
+            raise ConfigError(
+                f"tool {call.tool!r} is in emulate mode, but the sandbox has no emulator "
+                "(the policy's [emulator] table)"
+            )
+        history = env.history.view() if env.history is not None else HistoryView()
+        asked = await emulator.emulate(call.tool, call.args, history, env.tools.get(call.tool))
+        facts = dict(asked.facts)
+        meta: dict[str, Any] = {}
+        whole = None
+        answered = facts.get("answered")
+        if isinstance(answered, dict) and isinstance(content := answered.get("content"), str):
+            kept, capped = cap_text(content, env.cap)
+            if capped is not None:  # the record keeps it capped, with its size and hash
+                facts["answered"] = {**answered, "content": kept, "content_capped": capped}
+        answer = asked.answer
+        if answer is None:
+            why = facts.get("failure", {}).get("class", "failed")
+            text = f"litmus-sandbox: the emulation of {call.tool!r} failed ({why}); no result"
+            shown = Shown(content=({"type": "text", "text": text},), is_error=True)
+        elif answer.error is not None:
+            message, capped = cap_text(answer.error, env.cap)
+            shown = Shown(content=({"type": "text", "text": message},), is_error=True)
+            if capped is not None:
+                meta["capped"] = capped
+                whole = Shown(content=({"type": "text", "text": answer.error},), is_error=True)
+        else:
+            shown, whole, meta = _shown_like_a_result(answer.result, env.cap)
+        return Performed(call.step("emulated", shown, meta={**meta, "emulator": facts}), whole)
+
+
 REAL = RealMode()
 
 #: The registry: tool mode (``ToolPolicy.mode``) -> how its calls are performed.
@@ -317,6 +370,7 @@ MODES: dict[str, FidelityMode] = {
     "swallow": SwallowMode(),
     "deny": DenyMode(),
     "replay": ReplayMode(on_miss=REAL),
+    "emulate": EmulateMode(),
 }
 
 

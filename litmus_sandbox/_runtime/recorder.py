@@ -162,6 +162,8 @@ class Recording:
             raise
         self._written += 1
         assert isinstance(written, ToolCallStep)
+        if self._env.history is not None:
+            self._env.history.add(written)  # the episode so far, as an emulator sees it
         return written
 
     def _write_now(self, record: msgspec.Struct) -> msgspec.Struct:
@@ -171,6 +173,8 @@ class Recording:
             self._failed(exc)
             raise
         self._written += 1
+        if self._env.history is not None and isinstance(written, MessageStep | ToolCallStep):
+            self._env.history.add(written)
         return written
 
     def _failed(self, exc: OSError) -> None:

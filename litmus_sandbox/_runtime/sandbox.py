@@ -36,11 +36,13 @@ import httpx
 
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.divergence import META_KEY, ReplayReport
+from litmus_sandbox._core.emulation import ToolSpec
 from litmus_sandbox._core.redaction import HEADER_KEY
 from litmus_sandbox._core.replay_match import ReplaySession
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.errors import ConfigError, UpstreamError, leaf_errors
 from litmus_sandbox._model.records import SCHEMA_VERSION, EndStatus, EpisodeHeader, Recorder
+from litmus_sandbox._runtime.emulator import Emulator, spec_of
 from litmus_sandbox._runtime.live_scoring import LiveScoring, TappedStream
 from litmus_sandbox._runtime.modes import CallEnv
 from litmus_sandbox._runtime.observers import Observers, description
@@ -121,7 +123,8 @@ class Sandbox:
         verdicts: the verdict stream each episode's verdict is appended to.
         cache: the step-verdict cache ``scoring`` judges through (a path, a
             ``redis://`` URL, or an open cache); give ``score`` the same one to re-score
-            for free.
+            for free. Emulated tools' results are kept there too (by default, in the
+            cache ``score`` uses: ``$LITMUS_CACHE``, else the user's cache folder).
     """
 
     def __init__(
@@ -229,6 +232,20 @@ class Sandbox:
             self._observers.ignore(self._cassette.record_to)  # a cassette we grow: ours too
         #: Episode id -> how that episode followed its recording (replayed episodes).
         self.replay_reports: dict[str, ReplayReport] = {}
+        #: Answers for the tools in ``emulate`` mode (the policy's ``[emulator]``), if any.
+        self.emulator = (
+            None
+            if self.policy.emulator is None
+            else Emulator(self.policy.emulator, redaction=redaction, cache=cache)
+        )
+        for own in self.emulator.own_files() if self.emulator is not None else ():
+            self._observers.ignore(own)  # the cache of emulated results is ours
+
+    def describe_tools(self, specs: Mapping[str, ToolSpec | Mapping[str, Any]]) -> None:
+        """Say what is known of tools (name -> a spec, an MCP ``tools/list`` entry or an
+        OpenAI function definition): the emulator is shown it (nothing without one)."""
+        if self.emulator is not None:
+            self.emulator.describe_tools({name: spec_of(name, v) for name, v in specs.items()})
 
     @property
     def probes(self) -> tuple[Probe, ...]:
@@ -325,6 +342,13 @@ class Sandbox:
             except BaseException:
                 self._stream.close()
                 raise
+        if self.emulator is not None:
+            try:
+                await self._stack.enter_async_context(self.emulator)
+            except BaseException:
+                await self._stack.aclose()
+                self._stream.close()
+                raise
         if self.egress is not None:
             self.egress_mode = await self._processes.start_proxy(
                 self._stack, self.egress, self.strict_egress, self._observers.ignore
@@ -378,7 +402,7 @@ class Sandbox:
             ),
             tool_modes=self.policy.modes(list(self._tools)),
             oracles=oracles,
-            meta={**meta, HEADER_KEY: self.policy.redaction.describe()},
+            meta={**meta, HEADER_KEY: self.policy.redaction.describe(), **emulator_meta(self)},
         )
 
     def _recorder(
@@ -392,6 +416,7 @@ class Sandbox:
             timeout=self.timeout,
             replay=session,
             on_thread=observers.ledger.track_thread if observers else None,
+            emulator=self.emulator,
         )
         wiring = Wiring(
             policy=self.policy,
@@ -464,6 +489,12 @@ class Sandbox:
                 ended = self._tap.take(eid) if self._tap is not None else None
                 if ended is not None and self.scoring is not None:
                     self.scoring.ended(ended)
+
+
+def emulator_meta(sandbox: Sandbox) -> dict[str, Any]:
+    """``meta.emulator`` of a header: the emulator and its parameters (never the key)."""
+    emulator = sandbox.emulator
+    return {} if emulator is None else {"emulator": emulator.config.describe()}
 
 
 def _abort_reason(exc: BaseException) -> str:

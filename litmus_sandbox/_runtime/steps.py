@@ -14,12 +14,12 @@ import time
 from typing import Any
 
 from litmus_sandbox._model.records import (
-    SCHEMA_VERSION,
     Actual,
     Fidelity,
     ReplaySource,
     Shown,
     ToolCallStep,
+    step_version,
 )
 
 #: What an interrupted call showed: nothing (an error, for the agent that awaits it).
@@ -66,7 +66,7 @@ class CallSteps:
         """The call's step, ending now: what the agent was ``shown``, and (when that differs
         from what happened) the ``actual`` outcome; unnumbered unless ``index`` is given."""
         return ToolCallStep(
-            v=SCHEMA_VERSION,
+            v=step_version(fidelity),
             episode_id=self.episode_id,
             index=index,
             call_id=self.call_id,

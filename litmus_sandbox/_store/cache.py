@@ -2,7 +2,8 @@
 
 Keyed by judge fingerprint + step content hash + context hash, so one judge's verdicts
 are never served for another, and a re-score pays only for steps never judged under
-that fingerprint. Only successful judgments are stored: errors are never cached.
+that fingerprint. Only successful judgments are stored: errors are never cached. Beside
+them, the results of emulated tools (``emulation_cache.py``).
 
 Theory of operation
 -------------------
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import msgspec
 
+from litmus_sandbox._core.emulation import EmulationAnswer, EmulationKey
 from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import CacheError, ConfigError
 from litmus_sandbox._store.claims import (
@@ -46,6 +48,7 @@ from litmus_sandbox._store.claims import (
     holder_alive,
     new_owner,
 )
+from litmus_sandbox._store.emulation_cache import EMULATION_TABLE, decode_answer, encode_answer
 from litmus_sandbox._store.step_cache import local_files
 
 __all__ = ["CacheKey", "VerdictCache"]
@@ -70,6 +73,7 @@ CREATE TABLE IF NOT EXISTS step_claims (
     PRIMARY KEY (judge, step, context)
 ) WITHOUT ROWID
 """,
+    EMULATION_TABLE,
 )
 _WHERE = "judge=? AND step=? AND context=?"
 _GET = f"SELECT judgment FROM step_verdicts WHERE {_WHERE}"
@@ -78,6 +82,10 @@ _HOLDER = f"SELECT owner, expires FROM step_claims WHERE {_WHERE}"
 _TAKE = "INSERT OR REPLACE INTO step_claims VALUES (?, ?, ?, ?, ?)"
 _REFRESH = f"UPDATE step_claims SET expires=? WHERE {_WHERE} AND owner=?"
 _DROP = f"DELETE FROM step_claims WHERE {_WHERE} AND owner=?"
+_GET_EMULATED = (
+    "SELECT answer FROM emulated_results WHERE emulator=? AND tool=? AND args=? AND context=?"
+)
+_PUT_EMULATED = "INSERT OR REPLACE INTO emulated_results VALUES (?, ?, ?, ?, ?)"
 #: Seconds a write waits for another process's write lock.
 _BUSY_TIMEOUT = 30.0
 
@@ -186,6 +194,19 @@ class VerdictCache:
         with self._lock, self._guard("counting verdicts"):
             (n,) = self._db.execute("SELECT COUNT(*) FROM step_verdicts").fetchone()
         return int(n)
+
+    # ------------------------------------------------------------ emulated results
+
+    def get_emulation(self, key: EmulationKey) -> EmulationAnswer | None:
+        """The emulated result kept for ``key`` (``emulation_cache.py``), or None."""
+        with self._lock, self._guard("reading an emulated result"):
+            row = self._db.execute(_GET_EMULATED, key).fetchone()
+        return None if row is None else decode_answer(row[0])
+
+    def put_emulation(self, key: EmulationKey, answer: EmulationAnswer) -> None:
+        """Keep one emulated result."""
+        with self._write("storing an emulated result") as db:
+            db.execute(_PUT_EMULATED, (*key, encode_answer(answer)))
 
     # ------------------------------------------------------------ claims
 

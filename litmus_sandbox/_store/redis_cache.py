@@ -11,7 +11,8 @@ StepCache`), on one Redis database:
   ENTRY, and ENTRY, the JSON of the key and the judgment. One ``SET`` writes it whole.
   A value is served only if its version is this one, its checksum matches, it decodes
   strictly and it names its own key; anything else (damaged, foreign, newer) is a miss:
-  the step is judged again and the value overwritten. Never a wrong verdict.
+  the step is judged again and the value overwritten. Never a wrong verdict. Emulated
+  results live beside them, ``litmus-sandbox:emulation:[...]`` (``emulation_cache.py``).
 * A **claim** is the string ``litmus-sandbox:claim:[...]`` holding its holder's name,
   taken with ``SET NX PX ttl``: it expires on the server's clock whatever becomes of its
   holder. Small Lua scripts, atomic on the server, do each look-then-act: *claim* (serve
@@ -41,6 +42,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import RedisError
 
+from litmus_sandbox._core.emulation import EmulationAnswer, EmulationKey
 from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import CacheError, ConfigError
 from litmus_sandbox._store.claims import (
@@ -50,6 +52,7 @@ from litmus_sandbox._store.claims import (
     holder_alive,
     new_owner,
 )
+from litmus_sandbox._store.emulation_cache import decode_entry, encode_entry, redis_key
 from litmus_sandbox._store.step_cache import display_url
 
 __all__ = ["FORMAT", "RedisVerdictCache"]
@@ -206,6 +209,19 @@ class RedisVerdictCache:
     def __len__(self) -> int:
         with self._guard("counting verdicts"):
             return sum(1 for _ in self._r.scan_iter(match=f"{PREFIX}:verdict:*", count=1000))
+
+    # ------------------------------------------------------------ emulated results
+
+    def get_emulation(self, key: EmulationKey) -> EmulationAnswer | None:
+        """The emulated result kept for ``key`` (``emulation_cache.py``), or None."""
+        with self._guard("reading an emulated result"):
+            raw = self._r.get(redis_key(PREFIX, key))
+        return decode_entry(key, raw)
+
+    def put_emulation(self, key: EmulationKey, answer: EmulationAnswer) -> None:
+        """Keep one emulated result (one ``SET``: whole or not at all)."""
+        with self._guard("storing an emulated result"):
+            self._r.set(redis_key(PREFIX, key), encode_entry(key, answer))
 
     # ------------------------------------------------------------ claims
 

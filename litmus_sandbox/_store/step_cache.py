@@ -34,7 +34,15 @@ from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._store.claims import CacheKey, StepClaims
 
-__all__ = ["CacheKey", "StepCache", "display_url", "local_files", "open_cache", "sqlite_path"]
+__all__ = [
+    "CacheKey",
+    "StepCache",
+    "default_location",
+    "display_url",
+    "local_files",
+    "open_cache",
+    "sqlite_path",
+]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
@@ -76,6 +84,16 @@ class StepCache(StepClaims, Protocol):
     def __enter__(self) -> StepCache: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+def default_location() -> str:
+    """``$LITMUS_CACHE`` (a path or a URL), else
+    ``$XDG_CACHE_HOME/litmus-sandbox/verdicts.sqlite`` (``~/.cache`` without it): the
+    cache ``score`` uses, and a sandbox keeps emulated results in, unless told another."""
+    if env := os.environ.get("LITMUS_CACHE"):
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "litmus-sandbox" / "verdicts.sqlite")
 
 
 def open_cache(spec: str | os.PathLike[str], *, claim_ttl: float | None = None) -> StepCache:

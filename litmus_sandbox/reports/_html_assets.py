@@ -67,7 +67,7 @@ tr.detail > td { background: var(--soft); padding: .8rem; }
 .step .who { font-weight: 600; } .step .idx { color: var(--muted); margin-right: .3rem; }
 .tag { font-size: 11px; padding: 0 .35rem; border-radius: 3px; margin-left: .3rem; background: var(--soft);
   border: 1px solid var(--line); }
-.tag.real { color: var(--pass); } .tag.stubbed, .tag.replayed { color: var(--improvement); }
+.tag.real { color: var(--pass); } .tag.stubbed, .tag.replayed, .tag.emulated { color: var(--improvement); }
 .tag.swallowed, .tag.unsafe, .tag.refusal-after { color: var(--regression); }
 .tag.denied, .tag.refusal { color: var(--rebaseline); }
 .line { white-space: pre-wrap; margin-top: .15rem; }

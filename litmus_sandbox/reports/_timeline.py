@@ -240,6 +240,8 @@ def _step_view(
     fidelity: str = step.fidelity
     if step.source is not None:
         fidelity = f"replayed from {step.source.episode_id}#{step.source.step}"
+    elif step.fidelity == "emulated":
+        fidelity = emulated_by(step.meta.get("emulator"))
     return StepView(
         index=step.index,
         kind="tool_call",
@@ -254,6 +256,25 @@ def _step_view(
         verdict=verdict,
         evidence=evidence,
     )
+
+
+def emulated_by(facts: Any) -> str:
+    """``emulated by LABEL [FINGERPRINT]``, ``cached`` when served from the cache and
+    ``failed (CLASS)`` when the emulation failed (``meta.emulator``)."""
+    if not isinstance(facts, dict):
+        return "emulated"
+    label, fp = facts.get("label"), facts.get("fingerprint")
+    out = "emulated"
+    if isinstance(label, str):
+        out += f" by {label}"
+    if isinstance(fp, str):
+        out += f" [{fp}]"
+    if facts.get("cached") is True:
+        out += " cached"
+    failure = facts.get("failure")
+    if isinstance(failure, dict):
+        out += f" failed ({failure.get('class', '?')})"
+    return out
 
 
 def step_evidence(sv: StepVerdict) -> str:

@@ -38,6 +38,22 @@ BAD = [
     ),
     ('[egress]\n"x.example" = { stauts = 403 }\n', r"\[egress\] 'x.example': .*'stauts'"),
     ("[tool]\n", r"unknown table \[tool\]; did you mean 'tools'\?"),
+    ('[tools]\n"pay_*" = "emulate"\n', r"'pay_\*' in emulate mode, but no \[emulator\] table"),
+    ('[emulator]\nlabel = "sim"\n', r"\[emulator\] kind: required"),
+    (
+        '[emulator]\nkind = "opneai"\n',
+        r"\[emulator\] kind: unknown emulator kind 'opneai'; did you mean 'openai'\?",
+    ),
+    (
+        '[emulator]\nkind = "openai"\n[emulator.params]\nbase_url = "http://h/v1"\nmodel = "m"\n'
+        'prompt_templat = "x"\n',
+        r"\[emulator.params\]: unknown key 'prompt_templat'; did you mean 'prompt_template'\?",
+    ),
+    (
+        '[emulator]\nkind = "openai"\n[emulator.params]\nbase_url = "http://h/v1"\nmodel = "m"\n'
+        'prompt_template = "$tool alone"\n',
+        r"\[emulator.params\]: prompt_template must show \$arguments",
+    ),
     (
         '[refusal]\npatterns = ["fine", "(unclosed"]\n',
         r"\[refusal\]: patterns\[1\] '\(unclosed' is not a valid regular expression",
@@ -90,7 +106,7 @@ def test_a_bad_policy_is_one_line_and_exit_2_for_every_command(
     err = capsys.readouterr().err
     assert err == (
         "litmus-sandbox: error: p.toml: [tools] 'send_*': unknown tool mode 'stubbed'; "
-        "did you mean 'stub'? (one of deny, real, record-new, replay, spy, stub, swallow)\n"
+        "did you mean 'stub'? (one of deny, emulate, real, record-new, replay, spy, stub, swallow)\n"
     )
     assert not (tmp_path / "v.jsonl").exists()
 
@@ -192,6 +208,7 @@ def test_the_tables_are_written_once() -> None:
     assert set(TABLES) == {
         "tools",
         "replay",
+        "emulator",
         "record",
         "egress",
         "scoring",

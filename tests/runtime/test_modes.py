@@ -39,6 +39,7 @@ def test_every_tool_mode_of_the_policy_has_a_registered_mode() -> None:
         "swallow": "swallowed",
         "deny": "denied",
         "replay": "replayed",
+        "emulate": "emulated",
     }
 
 

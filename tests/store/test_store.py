@@ -106,7 +106,7 @@ def test_bad_line_in_the_middle_names_file_and_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "fragment"),
     [
-        ('{"kind":"episode","v":2,"episode_id":"e","case_id":"c"}', "newer version"),
+        ('{"kind":"episode","v":3,"episode_id":"e","case_id":"c"}', "newer version"),
         ('{"kind":"hologram","v":1,"episode_id":"e"}', "newer version"),
         ('{"kind":"step","v":1,"episode_id":"e","index":0,"type":"thought"}', "newer version"),
     ],
@@ -126,7 +126,7 @@ _POLICY = '{"kind":"policy","v":1,"policy":{},"judge":"j","refusal_detector":"r"
 @pytest.mark.parametrize(
     ("lines", "bad_line", "what"),
     [
-        ([_POLICY, _VERDICT, _VERDICT.replace('"v":1', '"v":2')], 3, "verdict record has v=2"),
+        ([_POLICY, _VERDICT, _VERDICT.replace('"v":1', '"v":3')], 3, "verdict record has v=3"),
         ([_POLICY.replace('"v":1', '"v":7'), _VERDICT], 1, "policy record has v=7"),
         ([_VERDICT.replace('"v":1', '"v":99')], 1, "verdict record has v=99"),
     ],
