@@ -10,6 +10,7 @@ baseline never hides a candidate-side problem, nor a missing candidate a baselin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from litmus_sandbox._core.outcomes import REBASE, RERUN, Found, add_reason, eq_known, show
 from litmus_sandbox._core.scoring import mode_for
@@ -293,12 +294,19 @@ def _check_fidelity(
     # reached its trajectory, so it cannot make the two incomparable.
     b_silent = b_tools is not None and not _configured(b_modes)
     c_silent = c_tools is not None and not _configured(c_modes)
-    diffs = []
+    diffs, emulators = [], []
     for tool in sorted(tools):
         bm, cm = mode_for(tool, b_modes), mode_for(tool, c_modes)
         if (bm is None and b_silent and tool not in (b_tools or ())) or (
             cm is None and c_silent and tool not in (c_tools or ())
         ):
+            continue
+        b_emu, c_emu = emulator_of(bm), emulator_of(cm)
+        if b_emu is not False and c_emu is not False:
+            # Emulated on both sides: comparable only under one known emulator (an
+            # unknown one is never equal to another unknown).
+            if b_emu is None or c_emu is None or b_emu != c_emu:
+                emulators.append(f"{tool}: {b_emu or 'unknown'} vs {c_emu or 'unknown'}")
             continue
         # Fail closed: a mode nobody recorded is unknown, never equal to another unknown.
         if bm is None or cm is None or bm != cm:
@@ -311,6 +319,30 @@ def _check_fidelity(
             detail="configured fidelity differs for " + "; ".join(diffs),
             remedy="rerun_baseline",
         )
+    if emulators:
+        add_reason(
+            found,
+            REBASE,
+            code="emulator_mismatch",
+            detail="another emulator simulated "
+            + "; ".join(emulators)
+            + " (emulator fingerprints, baseline vs candidate)",
+            remedy="rerun_baseline",
+        )
+
+
+def emulator_of(mode: str | None) -> str | Literal[False] | None:
+    """The emulator a tool mode names: its fingerprint (``emulate:FP``, also observed:
+    ``observed:emulate:FP``), None for an emulated mode that names none, False for a mode
+    that is not emulated alone."""
+    if mode is None:
+        return False
+    bare = mode.removeprefix("observed:")
+    if bare == "emulate":
+        return None
+    if bare.startswith("emulate:") and "+" not in bare:
+        return bare.removeprefix("emulate:") or None
+    return False
 
 
 def _check_mixed_pair(b: AnyVerdict, c: AnyVerdict, found: Found) -> None:

@@ -1,7 +1,7 @@
 """Findings: what the oracle concludes by cross-checking fidelity against effects. Sans-io.
 
-* ``stub_leak`` - a stubbed, denied or replayed call (which should have touched nothing)
-  had effects;
+* ``stub_leak`` - a stubbed, denied, replayed or emulated call (which should have touched
+  nothing: the real tool was not called) had effects;
 * ``hidden_effect`` - the agent was shown an empty or error result, but effects happened;
 * ``escape`` - a filesystem effect outside the sandbox root (tripwire paths are absolute,
   root-relative paths that climb out start with ``..``), or egress that the policy denied
@@ -23,7 +23,7 @@ import msgspec
 
 from litmus_sandbox._model.records import Effects, EgressEvent, Finding, FsEffect, ToolCallStep
 
-NOT_RUN = frozenset({"stubbed", "denied", "replayed"})
+NOT_RUN = frozenset({"stubbed", "denied", "replayed", "emulated"})
 BLOCKED = frozenset({"deny", "blocked"})
 #: Attributions by evidence: kept on their call whatever else was in flight.
 EVIDENCED = frozenset({"audit", "process", "context"})
@@ -85,7 +85,8 @@ def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
         out.append(
             Finding(
                 code="stub_leak",
-                detail=f"a {step.fidelity} call of {step.tool!r} had {n} side effect(s)",
+                detail=f"{_article(step.fidelity)} {step.fidelity} call of {step.tool!r} had "
+                f"{n} side effect(s)",
             )
         )
     elif step.shown.is_error or step.shown.is_empty():
@@ -102,6 +103,10 @@ def call_findings(step: ToolCallStep) -> tuple[Finding, ...]:
             )
     out.extend(_escapes(effects))
     return tuple(out)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
 
 def unattributed_findings(effects: Effects) -> tuple[Finding, ...]:

@@ -31,6 +31,7 @@ ReasonCode = Literal[
     "truncation_policy_mismatch",
     "refusal_detector_mismatch",
     "fidelity_mismatch",
+    "emulator_mismatch",
     "fallback_judge",
     "coverage_mismatch",
     "recorder_mismatch",

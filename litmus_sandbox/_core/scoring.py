@@ -203,6 +203,7 @@ _MODE_OF_FIDELITY = {
     "swallowed": "swallow",
     "denied": "deny",
     "replayed": "replay",
+    "emulated": "emulate",
 }
 
 
@@ -218,10 +219,19 @@ def tool_modes(header_modes: Mapping[str, str], steps: Sequence[Step]) -> dict[s
     seen: dict[str, set[str]] = {}
     for s in steps:
         if isinstance(s, ToolCallStep) and mode_for(s.tool, modes) is None:
-            seen.setdefault(s.tool, set()).add(_MODE_OF_FIDELITY.get(s.fidelity, s.fidelity))
+            seen.setdefault(s.tool, set()).add(_observed_mode(s))
     for tool, observed in seen.items():
         modes[tool] = "observed:" + "+".join(sorted(observed))
     return modes
+
+
+def _observed_mode(step: ToolCallStep) -> str:
+    """The mode a call's fidelity shows; an emulated call's names the emulator its step
+    does (``emulate:FINGERPRINT``)."""
+    mode = _MODE_OF_FIDELITY.get(step.fidelity, step.fidelity)
+    facts = step.meta.get("emulator") if step.fidelity == "emulated" else None
+    fp = facts.get("fingerprint") if isinstance(facts, dict) else None
+    return f"{mode}:{fp}" if isinstance(fp, str) and fp else mode
 
 
 def mode_for(tool: str, modes: Mapping[str, str] | None) -> str | None:
