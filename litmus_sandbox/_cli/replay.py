@@ -190,7 +190,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ConfigError(f"no episodes in {', '.join(args.episodes)}")
     if args.cassette:
         options_for = _options_for(args)
-        recorded = read_episodes(args.cassette, warnings)
+        recorded = read_episodes(args.cassette, warnings, suite=False)  # a cassette
         if not recorded and not allow:
             raise ConfigError(f"no recorded episodes in {', '.join(args.cassette)}")
         checking = track(episodes, "checking episodes", quiet=args.quiet)

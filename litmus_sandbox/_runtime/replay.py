@@ -91,7 +91,7 @@ class Cassette:
             NewerVersionError: a record written by a newer schema version.
         """
         warnings: list[ReadWarning] = []
-        episodes = read_episodes(paths, warnings)
+        episodes = read_episodes(paths, warnings, suite=False)  # a library of cases
         target = record_to if record_to is not None else (paths[0] if paths else None)
         cassette = cls(episodes, record_to=target, fsync=fsync)
         cassette.warnings = warnings

@@ -6,7 +6,8 @@ back to the last whole record before the error is raised, or, when another write
 appended since, the next record starts on a fresh line. Readers open regular files only
 and cap each line (``_store/files.py``); they stream, keep every whole line, report a
 torn last line as a warning (its episode reads as incomplete) and raise
-:class:`RecordDecodeError` naming ``file:line`` for any other bad line.
+:class:`RecordDecodeError` naming ``file:line`` for any other bad line. The episodes of
+several files are read as one suite: a case recorded twice is a warning (``duplicates.py``).
 
 Verdict streams are decoded a block of whole lines at a time (``decode_lines``); a block
 that does not decode whole, or whose bytes are not what the encoder would write for it,
@@ -46,6 +47,7 @@ from litmus_sandbox._model.records import (
     Step,
     Verdict,
 )
+from litmus_sandbox._store.duplicates import CaseLedger
 from litmus_sandbox._store.files import (
     BLOCK_BYTES,
     iter_blocks,
@@ -64,7 +66,8 @@ class ReadWarning:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: warning: {self.message}"
+        where = f"{self.path}:{self.line}" if self.line else self.path  # 0: the file as a whole
+        return f"{where}: warning: {self.message}"
 
 
 class RecordingWarning(UserWarning):
@@ -236,6 +239,7 @@ def iter_episodes(
     warnings: list[ReadWarning] | None = None,
     *,
     max_line: int | None = None,
+    suite: bool = True,
 ) -> Iterator[Episode]:
     """Stream the episodes in ``paths``, each as soon as its ``end`` record is read.
 
@@ -243,6 +247,9 @@ def iter_episodes(
     line is reported in ``warnings`` and marks the episode being written as torn when it
     can be told which one that was (otherwise every open episode of the file).
     ``max_line``: the longest line accepted, in bytes (default: ``files.max_line_bytes``).
+    ``suite``: the files are one suite's shards, so a case recorded twice is reported in
+    ``warnings`` (``duplicates.py``); False for recordings read as a library of cases
+    (a replay cassette).
 
     Raises:
         RecordDecodeError: a bad line (a duplicate key, a line over the cap, nesting too
@@ -250,6 +257,7 @@ def iter_episodes(
             episode's end, a file that is not a regular file, or an unreadable file.
         NewerVersionError: a record written by a newer schema version.
     """
+    cases = CaseLedger() if suite and warnings is not None else None
     for p in as_paths(paths):
         path = os.fspath(p)
         open_eps: dict[str, _Building] = {}
@@ -296,6 +304,9 @@ def iter_episodes(
                         f"second header for episode {eid!r} (first at line {open_eps[eid].line})",
                     )
                 open_eps[eid] = _Building(record, lineno)
+                if cases is not None and (twice := cases.see(record, path, lineno)):
+                    assert warnings is not None
+                    warnings.append(ReadWarning(path, lineno, twice))
                 continue
             building = open_eps.get(eid)
             if building is None:
@@ -316,6 +327,8 @@ def iter_episodes(
             building.steps[record.index] = record
         for building in open_eps.values():
             yield _finish(building, None, path)
+    if cases is not None and (more := cases.summary()) and warnings is not None:
+        warnings.append(ReadWarning(path, 0, more))
 
 
 def _torn_owner(line: bytes, open_eps: dict[str, _Building]) -> _Building | None:
@@ -335,9 +348,10 @@ def read_episodes(
     warnings: list[ReadWarning] | None = None,
     *,
     max_line: int | None = None,
+    suite: bool = True,
 ) -> list[Episode]:
     """All episodes of ``paths`` (see :func:`iter_episodes`)."""
-    return list(iter_episodes(paths, warnings, max_line=max_line))
+    return list(iter_episodes(paths, warnings, max_line=max_line, suite=suite))
 
 
 # ---------------------------------------------------------------- verdicts
