@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         verdicts = {v.episode_id: v for v in stream.verdicts if isinstance(v, Verdict)}
     warnings: list[ReadWarning] = []
     traces = 0
-    with replaced(target) as out:
+    with replaced(args.output) as out:
         for line in trace_lines(
             iter_episodes(args.episodes, warnings),
             verdicts,

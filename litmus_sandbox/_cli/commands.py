@@ -27,6 +27,8 @@ from litmus_sandbox._runtime.rebaseline import (
 )
 from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
 from litmus_sandbox._store.exclusions import load_exclusions
+from litmus_sandbox._store.files import check_output
+from litmus_sandbox._store.locations import display, is_remote
 from litmus_sandbox._store.step_cache import StepCache, open_cache
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
@@ -60,7 +62,13 @@ def _check_output(output: str, inputs: Sequence[str | None], *, flag: str = "-o"
 
     Raises:
         LitmusError: ``output`` is a directory, or the same file as one of ``inputs``.
+        ModuleNotFoundError: a URL without its storage library (said before any work).
     """
+    check_output(output)
+    if is_remote(output):
+        if output in inputs:
+            raise LitmusError(f"{flag} {display(output)} is also an input: write somewhere else")
+        return
     if os.path.isdir(output):
         raise LitmusError(f"{flag} {output}: is a directory (give a file to write)")
     if not os.path.exists(output):

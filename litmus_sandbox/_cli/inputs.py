@@ -7,7 +7,14 @@
   ``--allow-empty-input`` (every command that reads these streams has it) says that an
   empty file holds none, as it reads.
 * **The same file on both sides of a gate is refused**: through a symbolic link or a hard
-  link too (the same device and inode), since a run compared with itself always passes.
+  link too (the same device and inode), and the same object URL, since a run compared
+  with itself always passes.
+* **A folder, a prefix or a glob is the set of shards under it** (:func:`expand_inputs`,
+  run on every command's arguments once they are parsed): each stream argument that names
+  a set is replaced by its ``*.episodes.jsonl`` (or ``*.verdicts.jsonl``) shards, in name
+  order, so every command reads a set as the files listed one by one. An empty shard is
+  left out (it holds nothing to read); a set with nothing under it, or only empty shards,
+  is refused as an empty file is (``--allow-empty-input``: read as holding nothing).
 
 Files that cannot be opened are left to the readers, which name them the same way.
 """
@@ -19,10 +26,31 @@ import os
 from collections.abc import Iterable
 from typing import Literal
 
-from litmus_sandbox._model.errors import LitmusError
+from litmus_sandbox._model.errors import LitmusError, RecordDecodeError
+from litmus_sandbox._store.locations import SUFFIX, Kind, display, has_magic, is_remote, local_path
+from litmus_sandbox._store.sets import expand
 from litmus_sandbox._store.streams import holds_no_record
 
-__all__ = ["ALLOW_EMPTY_INPUT", "add_allow_empty_input", "refuse_same_file", "require_records"]
+__all__ = [
+    "ALLOW_EMPTY_INPUT",
+    "STREAM_ARGUMENTS",
+    "add_allow_empty_input",
+    "expand_inputs",
+    "refuse_same_file",
+    "require_records",
+]
+
+#: The arguments (by attribute) that name episode or verdict streams, several at a time:
+#: each may be a folder, a prefix or a glob (:func:`expand_inputs`).
+STREAM_ARGUMENTS: dict[str, Kind] = {
+    "episodes": "episodes",
+    "candidate_episodes": "episodes",
+    "baseline_episodes": "episodes",
+    "cassette": "episodes",
+    "baseline": "verdicts",
+    "candidate": "verdicts",
+    "verdicts": "verdicts",
+}
 
 ALLOW_EMPTY_INPUT = "--allow-empty-input"
 _WHY = {"empty": "empty file", "blank": "only blank lines"}
@@ -61,8 +89,8 @@ def require_records(
     if allow:
         return
     for path in paths:
-        if path is None or not os.path.exists(path):
-            continue  # its reader says it is missing
+        if path is None or not (is_remote(path) or os.path.exists(local_path(path) or path)):
+            continue  # its reader says it is missing (an object: opening it says so)
         state = holds_no_record(path)
         if state is None:
             continue
@@ -80,6 +108,13 @@ def refuse_same_file(
     Raises:
         LitmusError: names both arguments.
     """
+    urls = {u for u in a_paths if is_remote(u)}
+    for path in b_paths:
+        if path in urls:
+            raise LitmusError(
+                f"{a_arg} {display(path)} and {b_arg} {display(path)} are the same object: a "
+                "run compared with itself always passes; give each side its own"
+            )
     seen: dict[tuple[int, int], str] = {}
     for path in a_paths:
         try:
@@ -98,3 +133,61 @@ def refuse_same_file(
                 f"{a_arg} {other} and {b_arg} {path} are the same file: a run "
                 "compared with itself always passes; give each side its own file"
             )
+
+
+def expand_inputs(args: argparse.Namespace) -> None:
+    """Replace each folder, prefix or glob among ``args``' stream arguments
+    (:data:`STREAM_ARGUMENTS`) by the shards it names, in name order (see the module
+    docstring); other locations stay as given.
+
+    Raises:
+        RecordDecodeError: a set with nothing under it, or a store that cannot be listed.
+        LitmusError: a set of empty shards (unless ``--allow-empty-input``), or one object
+            given twice.
+        ConfigError: a URL with credentials in it.
+        ModuleNotFoundError: a URL without its storage library (the extra ``cloud``).
+    """
+    allow = bool(getattr(args, "allow_empty_input", False))
+    for attr, kind in STREAM_ARGUMENTS.items():
+        given = getattr(args, attr, None)
+        if not isinstance(given, list):
+            continue  # absent, or an argument that names one file (export --verdicts)
+        out: list[str] = []
+        for location in given:
+            out.extend(_shards(location, kind, allow=allow))
+        _refuse_twice(out)
+        setattr(args, attr, out)
+
+
+def _shards(location: str, kind: Kind, *, allow: bool) -> list[str]:
+    shards = expand(location, kind)
+    if shards is None:
+        return [location]
+    kept = [s.name for s in shards if s.size != 0]
+    if kept or allow:
+        return kept
+    pattern = f"*{SUFFIX[kind]}"
+    if shards:
+        raise LitmusError(
+            f"{display(location)}: no {kind} (every {pattern} under it is empty); pass "
+            f"{ALLOW_EMPTY_INPUT} if an empty input is expected"
+        )
+    if has_magic(location):
+        problem = "no object matches" if is_remote(location) else "no file matches"
+    elif is_remote(location):
+        problem = f"no {pattern} under this prefix"
+    else:
+        problem = f"not a regular file (a directory holding no {pattern})"
+    raise RecordDecodeError(display(location), None, problem)
+
+
+def _refuse_twice(names: list[str]) -> None:
+    """Refuse an object named twice in one argument list (a local file given twice is
+    refused by the command, which knows its links too)."""
+    seen: set[str] = set()
+    for name in names:
+        if not is_remote(name):
+            continue
+        if name in seen:
+            raise LitmusError(f"{display(name)}: given twice; its records would count twice")
+        seen.add(name)

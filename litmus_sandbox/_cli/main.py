@@ -433,6 +433,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         parser.error("rebaseline needs --like CANDIDATE_VERDICTS or --policy POLICY.toml")
     if args.command == "gate":
         _check_gate_candidate(parser, args)
+    from litmus_sandbox._cli.inputs import expand_inputs
+
+    expand_inputs(args)  # folders, prefixes and globs: the shards they name
     return args
 
 

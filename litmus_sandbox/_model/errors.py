@@ -49,6 +49,9 @@ EXTRA_OF_MODULE = {
     "google": "otel",
     "agentdojo": "agentdojo",
     "redis": "redis",
+    "ray": "ray",
+    "fsspec": "cloud",
+    "s3fs": "cloud",
 }
 
 

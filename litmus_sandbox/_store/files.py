@@ -1,5 +1,5 @@
 """Bounded reading of input files: every reader opens and reads through here; and
-outputs replaced whole (:func:`replaced`).
+outputs replaced whole (:func:`replaced`). Local files, or URLs (``locations.py``).
 
 Theory of operation
 -------------------
@@ -7,7 +7,9 @@ An input is opened only if it is a regular file (:func:`open_input`): a FIFO, a
 directory, a device such as ``/dev/zero`` or a socket is refused with one line,
 ``PATH: not a regular file``, before a byte is read, so no reader can hang on a pipe
 nobody writes or read forever from a device. ``-`` means standard input where a reader
-asks for it (``allow_stdin``).
+asks for it (``allow_stdin``). A ``file://`` URL is its local path; any other URL is an
+object opened through fsspec for block reads (``remote.py``, the extra ``cloud``), and
+errors name it (``s3://bucket/key:line``).
 
 Lines are read with a cap on one line's length (:func:`max_line_bytes`: a keyword of each
 public reader, else ``$LITMUS_MAX_LINE_BYTES``, else :data:`DEFAULT_MAX_LINE_BYTES`). A
@@ -28,7 +30,9 @@ Every file a command writes whole (a verdict stream, a report, imported episodes
 traces) is written through :func:`replaced`: beside it, then renamed over it, so a reader
 never sees half of it and a failure leaves the old one; through a symbolic link, the file
 it points to is replaced, and what is not a regular file (``/dev/null``, a FIFO) is written
-to as it is, never replaced.
+to as it is, never replaced. An output URL is written to a local temporary file, then
+uploaded whole once complete: a run that fails or is killed leaves no object under its
+name, whole or partial.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ import errno
 import os
 import re
 import stat
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 from litmus_sandbox._model.errors import ConfigError, RecordDecodeError
+from litmus_sandbox._store.locations import check_url, display, is_remote, local_path
 
 #: The longest line (and the largest document read whole) a reader accepts, by default.
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -111,9 +117,19 @@ def open_input(path: str | os.PathLike[str], *, allow_stdin: bool = False) -> Bi
     Raises:
         RecordDecodeError: not a regular file, or it cannot be opened.
     """
-    p = os.fspath(path)
-    if allow_stdin and p == "-":
+    shown = os.fspath(path)
+    if allow_stdin and shown == "-":
         return os.fdopen(os.dup(0), "rb")  # a duplicate: closing it leaves stdin open
+    local = local_path(shown)
+    if local is None:  # an object store's URL: read through fsspec, a block at a time
+        from litmus_sandbox._store.remote import open_remote
+
+        return open_remote(check_url(shown))
+    return _open_local(local, shown)
+
+
+def _open_local(p: str, shown: str) -> BinaryIO:
+    """:func:`open_input` of the local file ``p``, named ``shown`` in errors."""
     # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of hanging.
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
@@ -121,19 +137,19 @@ def open_input(path: str | os.PathLike[str], *, allow_stdin: bool = False) -> Bi
     except OSError as exc:
         if p == "-" and exc.errno == errno.ENOENT:
             raise RecordDecodeError(
-                p, None, "this input cannot be read from standard input: give a file"
+                shown, None, "this input cannot be read from standard input: give a file"
             ) from None
         try:
             mode = os.stat(p).st_mode
         except OSError:
             mode = stat.S_IFREG
         if exc.errno == errno.ENXIO or not stat.S_ISREG(mode):  # a socket: ENXIO
-            raise RecordDecodeError(p, None, f"not a regular file{_kind(mode)}") from None
-        raise RecordDecodeError(p, None, f"cannot open: {exc.strerror or exc}") from None
+            raise RecordDecodeError(shown, None, f"not a regular file{_kind(mode)}") from None
+        raise RecordDecodeError(shown, None, f"cannot open: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise RecordDecodeError(p, None, f"not a regular file{_kind(mode)}")
+            raise RecordDecodeError(shown, None, f"not a regular file{_kind(mode)}")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -309,8 +325,13 @@ def replaced(
 
     Raises:
         OSError: the file cannot be written (naming ``path``, not the partial file).
+        ConfigError: a URL with credentials, or one naming a prefix.
     """
-    target = os.path.realpath(path)
+    if is_remote(path):
+        with _uploaded(os.fspath(path), fsync=fsync) as f:
+            yield f
+        return
+    target = os.path.realpath(local_path(path) or path)
     if os.path.exists(target) and not os.path.isfile(target):
         try:
             with open(target, "wb") as f:
@@ -340,6 +361,61 @@ def replaced(
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def check_output(path: str | os.PathLike[str]) -> None:
+    """Say now what would stop :func:`replaced` from writing the URL ``path`` at the end:
+    credentials in it, a prefix instead of an object, its storage library missing. A
+    local path is left to ``replaced``.
+
+    Raises:
+        ConfigError: as :func:`replaced`.
+        ModuleNotFoundError: the URL's storage library (the extra ``cloud``) is missing.
+    """
+    if not is_remote(path):
+        return
+    url = check_url(os.fspath(path))
+    if url.endswith("/"):
+        raise ConfigError(f"{display(url)}: names a prefix, not an object: give the name to write")
+    from litmus_sandbox._store.remote import resolve
+
+    resolve(url)
+
+
+@contextmanager
+def _uploaded(url: str, *, fsync: bool) -> Iterator[BinaryIO]:
+    """:func:`replaced` for a URL: the output is written to a local temporary file, then
+    uploaded whole (``remote.upload``) once the block ends; on an exception, or a kill,
+    nothing is uploaded, so no object, whole or partial, appears under the URL."""
+    check_output(url)
+    from litmus_sandbox._store.remote import upload
+
+    folder = os.path.join(tempfile.gettempdir(), f"litmus-sandbox-uploads-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    _remove_dead_uploads(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        upload(tmp, url)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _remove_dead_uploads(folder: str) -> None:
+    """Remove the temporary files of uploads whose writer was killed (``PID-*.tmp``)."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(folder):
+            pid = entry.partition("-")[0]
+            if not (entry.endswith(".tmp") and pid.isdigit()) or int(pid) == os.getpid():
+                continue  # not one of ours, or this process's (another output being written)
+            if not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, entry))
 
 
 def _naming(exc: OSError, path: str | os.PathLike[str]) -> OSError:

@@ -1,4 +1,4 @@
-"""Episode and verdict streams on disk: append-only JSON Lines.
+"""Episode and verdict streams: append-only JSON Lines, read from files or URLs.
 
 Writers append one record per line, each with one ``write`` (optionally ``fsync``), so
 a crash loses at most the line being written; a write that fails (a full disk) is undone
@@ -6,8 +6,10 @@ back to the last whole record before the error is raised, or, when another write
 appended since, the next record starts on a fresh line. Readers open regular files only
 and cap each line (``_store/files.py``); they stream, keep every whole line, report a
 torn last line as a warning (its episode reads as incomplete) and raise
-:class:`RecordDecodeError` naming ``file:line`` for any other bad line. The episodes of
-several files are read as one suite: a case recorded twice is a warning (``duplicates.py``).
+:class:`RecordDecodeError` naming ``file:line`` for any other bad line. A reader's input
+may be a URL (``s3://bucket/key``): it is read a block at a time like a file, and its
+errors name ``url:line``. The episodes of several files are read as one suite: a case
+recorded twice is a warning (``duplicates.py``).
 
 Verdict streams are decoded a block of whole lines at a time (``decode_lines``); a block
 that does not decode whole, or whose bytes are not what the encoder would write for it,
@@ -249,7 +251,7 @@ def iter_episodes(
     ``max_line``: the longest line accepted, in bytes (default: ``files.max_line_bytes``).
     ``suite``: the files are one suite's shards, so a case recorded twice is reported in
     ``warnings`` (``duplicates.py``); False for recordings read as a library of cases
-    (a replay cassette).
+    (a replay cassette). ``paths`` may be URLs (``files.open_input``).
 
     Raises:
         RecordDecodeError: a bad line (a duplicate key, a line over the cap, nesting too

@@ -99,7 +99,11 @@ def _imports(path: Path) -> set[str]:
 
 
 #: The package's own modules that only an extra makes importable (opened on demand).
-_EXTRA_OF_FILE = {"litmus_sandbox/_store/redis_cache.py": "redis"}
+_EXTRA_OF_FILE = {
+    "litmus_sandbox/_store/redis_cache.py": "redis",
+    "litmus_sandbox/_store/remote.py": "cloud",
+    "litmus_sandbox/_runtime/ray_engine.py": "ray",
+}
 
 
 def test_every_third_party_import_is_declared() -> None:
