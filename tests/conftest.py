@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
+from s3_server import S3Bucket, S3Server
+from s3_server import s3_server as running_s3_server
 
 # A fast default profile, and a deep one for occasional long runs:
 #   HYPOTHESIS_PROFILE=deep python3 dev.py test
@@ -85,3 +87,19 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) on loopback, one per test process, stopped at the end."""
+    with running_s3_server(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A place of its own on the S3 server (a prefix of its bucket), and the standard
+    ``AWS_*`` variables that reach it set for the test (and the commands it runs)."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server.place()

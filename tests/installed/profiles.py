@@ -1,9 +1,9 @@
 """The built wheel and the clean virtual environments the installed-package tests run in.
 
 Theory of operation. A *profile* is what a user installs: the base package, or the base
-package with one extra (``mcp``, ``inspect``, ``otel``, ``agentdojo``, ``redis``). Each
-profile gets its own venv under ``build/installed/``, made from the built wheel, never
-editable and without the test extras. Two keys keep a warm run quick:
+package with one extra (``mcp``, ``inspect``, ``otel``, ``agentdojo``, ``redis``,
+``cloud``). Each profile gets its own venv under ``build/installed/``, made from the built
+wheel, never editable and without the test extras. Two keys keep a warm run quick:
 
 - the wheel is keyed by a hash of the source tree (every file ``setup.py`` ships, the
   build files and the README): it is rebuilt only when one of them changed;
@@ -42,6 +42,7 @@ PROFILES = {
     "otel": "otel",
     "agentdojo": "agentdojo",
     "redis": "redis",
+    "cloud": "cloud",
 }
 #: Where each source folder lands in the wheel.
 SHIPPED = {"litmus_sandbox": "litmus_sandbox", "adapters": "litmus_sandbox/adapters"}

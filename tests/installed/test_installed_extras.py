@@ -1,5 +1,5 @@
 """Each extra's command, run for real from its own profile: otel, agentdojo, inspect,
-redis (a missing one: one line)."""
+redis, cloud (a missing one: one line)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from redis_server import redis_server
+from s3_server import S3Bucket
 
 from installed.runner import Profile
 
@@ -121,3 +122,40 @@ def test_score_through_a_redis_cache(installed: Callable[[str], Profile], tmp_pa
     assert "0 served from cache" in runs[0].stdout
     assert "0 judge calls" in runs[1].stdout
     assert records(profile.cwd / "a.jsonl")[1:] == records(profile.cwd / "b.jsonl")[1:]
+
+
+def test_an_s3_input_or_output_without_its_extra_is_one_line(
+    installed: Callable[[str], Profile],
+) -> None:
+    profile = installed("base")
+    episodes, policy = chat_episodes(profile), _rules_policy(profile)
+    missing = [
+        "litmus-sandbox: error: fsspec is not installed: install the extra: "
+        "pip install 'litmus-sandbox[cloud]'"
+    ]
+    done = profile.run("score", "s3://bucket/runs/", "--policy", policy, "-o", "v.jsonl", expect=2)
+    assert done.stderr.splitlines() == missing
+    # An output URL is looked at before any work: nothing scored, nothing written.
+    done = profile.run("score", episodes, "--policy", policy, "-o", "s3://b/v.jsonl", expect=2)
+    assert done.stderr.splitlines() == missing
+    assert done.stdout == ""
+
+
+def test_score_and_gate_on_s3_with_the_cloud_extra(
+    installed: Callable[[str], Profile], s3: S3Bucket
+) -> None:
+    """Installed with ``[cloud]``, on a real S3 server (SeaweedFS): episodes read from a
+    prefix, verdicts and a report written as objects, as from local files."""
+    profile = installed("cloud")
+    episodes, policy = chat_episodes(profile), _rules_policy(profile)
+    env = profile.env(**s3.server.env())
+    s3.write("runs/a.episodes.jsonl", episodes.read_bytes())
+    profile.run("score", episodes, "--policy", policy, "-o", "local.jsonl", env=env)
+    profile.run("score", s3.url("runs/"), "--policy", policy, "-o", s3.url("v/c.verdicts.jsonl"), env=env)  # fmt: skip
+    assert s3.read("v/c.verdicts.jsonl") == (profile.cwd / "local.jsonl").read_bytes()
+    done = profile.run(
+        "gate", "--baseline", "local.jsonl", "--candidate", s3.url("v/"), "-o", s3.url("r.md"),
+        "--format", "markdown", env=env,
+    )  # fmt: skip
+    assert "report written to" in done.stderr
+    assert b"PASS" in s3.read("r.md")

@@ -46,6 +46,7 @@ NEEDS_EXTRA = {
     "inspect": ["import", "inspect", "no.eval", "-o", "out.jsonl"],
     "otel": ["export", "otel", "no.jsonl", "-o", "out.otlp.jsonl"],
     "agentdojo": ["run", "agentdojo", "--suite", "banking", "-o", "out.jsonl"],
+    "cloud": ["show", "s3://bucket/runs/"],
 }
 
 
@@ -54,7 +55,7 @@ def _module_of(wheel_path: str) -> str:
     return name.removesuffix(".__init__")
 
 
-@pytest.mark.parametrize("name", ["base", "mcp", "inspect", "otel", "agentdojo", "redis"])
+@pytest.mark.parametrize("name", ["base", "mcp", "inspect", "otel", "agentdojo", "redis", "cloud"])
 def test_every_module_ships_and_imports_or_names_its_extra(
     installed: Callable[[str], Profile], name: str
 ) -> None:
