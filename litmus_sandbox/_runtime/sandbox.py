@@ -52,6 +52,7 @@ from litmus_sandbox._runtime.recorder import Recording, Wiring
 from litmus_sandbox._runtime.replay import Cassette
 from litmus_sandbox._runtime.stream import EpisodeStream
 from litmus_sandbox._runtime.tool_calls import ToolResult
+from litmus_sandbox._store.shards import shard_target
 from litmus_sandbox._store.step_cache import StepCache
 from litmus_sandbox._store.streams import as_paths
 from litmus_sandbox.judges import ScoringConfig
@@ -92,7 +93,10 @@ class Sandbox:
 
     Args:
         root: the sandbox directory (created if missing); tools' working area.
-        episodes: the episode stream to append to (JSON Lines).
+        episodes: the episode stream to append to (JSON Lines); or a folder, or an object
+            store's prefix (``s3://bucket/runs``), to write a shard of its own into, under
+            a unique name (an object store's spooled locally and uploaded whole when the
+            sandbox closes; see ``_store/shards.py``). :attr:`shard` says where it went.
         policy: a :class:`Policy`, a path to a policy file, a mapping (a parsed policy
             document, or its ``[tools]`` table alone), or None (everything real).
         tools: tools to register (name -> callable), sync or async.
@@ -150,7 +154,9 @@ class Sandbox:
         #: The background scoring of ended episodes (``scoring=``), or None.
         self.scoring = None if scoring is None else LiveScoring(scoring, verdicts or "", cache)
         self.root = Path(root)
-        self.episodes_path = Path(episodes)
+        #: Where the episodes go: a file, or a shard of a folder or prefix (``shards.py``).
+        self._shard = shard_target(episodes)
+        self.episodes_path = self._shard.path
         if probes is None:
             probes = [FsProbe(self.root)]
 
@@ -248,6 +254,12 @@ class Sandbox:
             self.emulator.describe_tools({name: spec_of(name, v) for name, v in specs.items()})
 
     @property
+    def shard(self) -> str:
+        """Where this sandbox's episodes are: its file, its shard's path, or (an object
+        store's) the URL its shard is uploaded to when the sandbox closes."""
+        return self._shard.location
+
+    @property
     def probes(self) -> tuple[Probe, ...]:
         """The side-effect oracles that observe every call (the egress probe last)."""
         return self._observers.probes
@@ -334,6 +346,10 @@ class Sandbox:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"sandbox root {str(self.root)!r}: {exc.strerror or exc}") from None
+        # A shard's name (a new one at each opening); a prefix's spool left by recorders
+        # that died is uploaded first.
+        self.episodes_path = self._stream.path = await anyio.to_thread.run_sync(self._shard.open)
+        self._observers.ignore(self.episodes_path)
         self._stream.open()
         self._stack = AsyncExitStack()
         if self.scoring is not None:
@@ -366,11 +382,15 @@ class Sandbox:
             stack, self._stack, self._processes.proxy = self._stack, None, None
             await stack.aclose()
         self._stream.close()
+        with anyio.CancelScope(shield=True):  # a prefix's shard is uploaded whole, now
+            unsent = await anyio.to_thread.run_sync(self._shard.finish)
         if self._cassette is not None:
             self._cassette.close()
         failure = self.scoring.failure() if self.scoring is not None else None
         if failure is not None and exc[:1] == (None,):
             raise failure  # closed first: the verdicts of the others are written
+        if unsent is not None and exc[:1] == (None,):
+            raise unsent  # kept in the spool: the next sandbox for the prefix uploads it
 
     def _header(
         self,
