@@ -32,6 +32,7 @@ USAGE_EPILOG = """\
 stdio:  litmus-sandbox proxy mcp [options] -- SERVER_COMMAND...
 HTTP:   litmus-sandbox proxy mcp [options] --listen 127.0.0.1:PORT --upstream URL
 replay: litmus-sandbox proxy mcp [options] --replay EPISODES   (no server at all)
+emulate without a server: litmus-sandbox proxy mcp --policy P --tools-list FILE
 
 With --replay and no server command, the recorded session is served over stdio with no
 server: initialize, server/discover and tools/list get the recorded server's answers
@@ -39,6 +40,13 @@ server: initialize, server/discover and tools/list get the recorded server's ans
 recording called, without schemas or descriptions),
 tools/call gets the recorded results; a call the recording cannot serve gets an isError
 result and a divergence on its step (`litmus-sandbox replay --check EPISODES` reports it).
+
+Tools the policy puts in mode "emulate" are answered by its [emulator] (a model), told
+each tool's entry of the server's tools/list; with a server command the server still
+answers everything else. With --tools-list and no server command, no server is started:
+initialize, server/discover and tools/list are answered from FILE (a tools/list result,
+or an episode stream that recorded one), and every tool must be in a mode that needs no
+server (emulate, stub, deny).
 
 The case id comes from --case-id, else from _meta["litmus/case_id"] on the client's
 first requests (initialize, server/discover, tools/list, tools/call), else "mcp-session".
@@ -142,6 +150,18 @@ def add_parser(sub: Any) -> None:
         help="the largest JSON-RPC message either side may send: a client's larger message "
         "gets an error, a server's cuts it off, and the episode ends aborted "
         f"(default {DEFAULT_MAX_MESSAGE_BYTES} = 64 MiB; at least 1024)",
+    )
+    p.add_argument(
+        "--tools-list",
+        metavar="FILE",
+        help="with no server command: emulate a server whose tools/list this is (a JSON "
+        "tools/list result, or an episode stream that recorded one); starts no server",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="PATH|URL",
+        help="where emulated tools' results are kept (a path, sqlite:///PATH, redis://...; "
+        "default $LITMUS_CACHE, else the user's cache folder)",
     )
     p.add_argument("--fsync", action="store_true", help="fsync every record")
     p.add_argument(
@@ -312,7 +332,10 @@ def run(args: argparse.Namespace) -> int:
         cassette = Cassette.from_files(args.replay, fsync=args.fsync)
         for w in cassette.warnings:
             print(for_terminal(f"litmus-sandbox: {w}"), file=sys.stderr)
+    if args.tools_list:
+        return _emulate_only(args, command, policy, root, probes)
     common: dict[str, Any] = {
+        "cache": args.cache,
         "episodes": args.episodes,
         "policy": policy,
         "root": root,
@@ -341,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
             cassette,
             **{k: common[k] for k in ("episodes", "policy", "root", "case_id", "agent", "probes")},
             fsync=args.fsync,
+            cache=args.cache,
         )
         served: int = _run(_serve_stdio, server, loop=args.loop)
         print(
@@ -384,3 +408,41 @@ def run(args: argparse.Namespace) -> int:
         # No episode: a run that never happened must not pass for a run that did nothing.
         print("litmus-sandbox: the client sent nothing; no episode recorded", file=sys.stderr)
     return code
+
+
+def _emulate_only(
+    args: argparse.Namespace,
+    command: list[str],
+    policy: Policy | None,
+    root: Path,
+    probes: list[Probe],
+) -> int:
+    """``--tools-list``: serve the listed tools over stdio, emulated, with no server."""
+    from ._emulate_server import EmulateServer
+
+    if command or args.listen or args.upstream or args.replay:
+        raise ConfigError(
+            "--tools-list emulates a server that is not started: give no server command, "
+            "--listen/--upstream or --replay"
+        )
+    if args.env:
+        raise ConfigError("--env applies to a server the proxy starts; --tools-list starts none")
+    if policy is None:
+        raise ConfigError("--tools-list needs --policy: its [emulator] and its emulated tools")
+    server = EmulateServer(
+        args.tools_list,
+        episodes=args.episodes,
+        policy=policy,
+        root=root,
+        case_id=args.case_id,
+        agent=args.agent,
+        probes=probes,
+        fsync=args.fsync,
+        cache=args.cache,
+    )
+    served: int = _run(_serve_stdio, server, loop=args.loop)
+    print(
+        f"litmus-sandbox: server-less emulation of {args.tools_list} recorded in {args.episodes}",
+        file=sys.stderr,
+    )
+    return served

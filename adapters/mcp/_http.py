@@ -67,8 +67,8 @@ class HttpProxy(HttpEndpoint):
 
     Args:
         upstream: the server's MCP endpoint URL; the proxy serves the same path.
-        episodes, policy, root, case_id, agent, timeout, probes, replay, fsync: as for
-            :class:`~litmus_sandbox.adapters.mcp.StdioProxy`.
+        episodes, policy, root, case_id, agent, timeout, probes, replay, fsync, cache: as
+            for :class:`~litmus_sandbox.adapters.mcp.StdioProxy`.
         transport: an httpx transport for the upstream (tests, the egress oracle).
         max_message_bytes: the largest request body a client may send (default 64 MiB).
         session_grace: seconds after which a session whose client is gone (no open

@@ -143,14 +143,17 @@ class HttpToolCall:
             with self.scope:
                 ep = await slot.recorder()
                 call = ep.begin_call(pending.tool, pending.args)
+                mode = ep.sandbox.policy.for_tool(pending.tool).mode
                 if (
                     call is None
                     and state.output_schema is None
                     and not proxy.listed
-                    and ep.sandbox.policy.for_tool(pending.tool).mode in ANSWERED_BY_THE_PROXY
+                    and mode in ANSWERED_BY_THE_PROXY
                 ):
                     await proxy.learn_schemas(self.url, self.headers, parse(state.request))
                     state.output_schema = proxy.output_schemas.get(pending.tool)
+                if mode == "emulate" and (listed := proxy.tools.get(pending.tool)) is not None:
+                    ep.sandbox.describe_tools({pending.tool: listed})  # the emulator is told
                 try:
                     if call is not None:
                         pending.inline = True

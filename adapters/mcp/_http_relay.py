@@ -102,7 +102,7 @@ class HttpRelay(HttpSessions):
                 # No session yet (its id comes with the answer): a core of its own times
                 # it, and it touches no episode (see ``_perform``).
                 core = Relay(timeout=self.timeout, max_message_bytes=self.max_message_bytes)
-                core.schemas = self.output_schemas
+                core.schemas, core.tools = self.output_schemas, self.tools
                 core.from_client(body, anyio.current_time())  # its Offer waits for the key
                 pending = core.pending[id_key(msg.id)]
                 wait = pending.handle = Waiting(math.inf, url, headers)

@@ -99,6 +99,7 @@ class HttpSessions:
         transport: httpx.AsyncBaseTransport | None = None,
         max_message_bytes: int = MAX_BODY,
         session_grace: float | None = 60.0,
+        cache: PathLike | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -126,6 +127,7 @@ class HttpSessions:
             "replay": replay,
             "fsync": fsync,
             "egress": False,  # the server is remote: its egress is not ours to see
+            "cache": cache,  # where emulated tools' results are kept (None: the default)
         }
         self._slots: dict[str, EpisodeSlot] = {}
         #: Seconds a session's client may be gone before its episode ends (None: never).
@@ -142,6 +144,8 @@ class HttpSessions:
         self.calls: dict[tuple[str, Any], RunningCall] = {}
         #: Tools' output schemas, learnt from the tools/list answers relayed.
         self.output_schemas: dict[str, dict[str, Any]] = {}
+        #: The listed tools' entries (what an emulator is told of an emulated tool).
+        self.tools: dict[str, dict[str, Any]] = {}
         #: Whether the tools were listed (by a client, or by the proxy for itself).
         self.listed = False
         self._learning: anyio.Event | None = None
@@ -159,7 +163,7 @@ class HttpSessions:
             core = self._cores[key] = Relay(
                 timeout=self.timeout, max_message_bytes=self.max_message_bytes
             )
-            core.schemas = self.output_schemas
+            core.schemas, core.tools = self.output_schemas, self.tools
         return core
 
     def arm(self, core: Relay) -> None:
@@ -365,7 +369,7 @@ class HttpSessions:
             return listing_result(response.content, ctype, rid)
 
         with anyio.move_on_after(self.timeout or 30):
-            self.output_schemas.update(await listed_schemas(fetch))
+            self.output_schemas.update(await listed_schemas(fetch, self.tools))
 
     async def cancel_upstream(
         self, url: str, headers: list[tuple[bytes, bytes]], request_id: Any, reason: str

@@ -49,8 +49,9 @@ from ._jsonrpc import (
 from ._schema import placeholder
 
 #: Modes whose result the proxy makes up itself: the tool's output schema, if it has one,
-#: must be known first (deny's answer is an error: no schema applies).
-ANSWERED_BY_THE_PROXY = frozenset({"stub", "swallow", "replay"})
+#: must be known first (deny's answer is an error: no schema applies). An emulated tool's
+#: listing is also what its emulator is told of it.
+ANSWERED_BY_THE_PROXY = frozenset({"stub", "swallow", "replay", "emulate"})
 
 #: Progress notifications kept per call in the step's meta, and the bytes they may take
 #: (the rest are counted): a chatty or hostile server cannot make a step line huge.

@@ -64,6 +64,8 @@ PathLike = str | os.PathLike[str]
 #: The revision a synthesized ``server/discover`` advertises (the stateless era).
 MODERN_VERSION = "2026-07-28"
 HANDSHAKE_VERSION = "2025-11-25"
+#: The caching fields of a stateless-era (2026-07-28) list or discover result.
+CACHEABLE = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
 METHOD_NOT_FOUND = -32601
 PARSE_ERROR = -32700
 
@@ -112,6 +114,7 @@ class ReplayServer:
         agent: recorded as the episode's ``agent``.
         probes: side-effect oracles observing each call.
         fsync: fsync every record.
+        cache: where the results of tools the policy emulates are kept.
 
     Raises:
         ConfigError: no recorded episode, or a policy that needs a server.
@@ -129,6 +132,7 @@ class ReplayServer:
         agent: str | None = None,
         probes: Sequence[Probe] = (),
         fsync: bool = False,
+        cache: PathLike | None = None,
     ) -> None:
         cassette = Cassette.load(replay, fsync=fsync, stacklevel=2)
         if not cassette.episodes:
@@ -142,9 +146,11 @@ class ReplayServer:
                 "server-less replay (no server command) cannot run calls for real: "
                 + "; ".join(problems)
             )
-        self.cassette = cassette
+        self.cassette: Cassette | None = cassette
         self.case_id = case_id
         self.agent = agent
+        #: What the recorded session's header says of it (``meta["mcp"]``).
+        self.session_meta: dict[str, Any] = {"transport": "stdio", "serverless_replay": True}
         self._sandbox_kw: dict[str, Any] = {
             "root": Path(root) if root is not None else Path.cwd(),
             "episodes": episodes,
@@ -153,11 +159,27 @@ class ReplayServer:
             "replay": cassette,
             "fsync": fsync,
             "egress": False,  # no server runs: there is no egress to see
+            "cache": cache,  # where the results of tools the policy emulates are kept
         }
+
+    def answers(self, case_id: str | None) -> dict[str, Any]:
+        """The server's answers to serve (``initialize``, ``server/discover``,
+        ``tools/list``): the recording's, for ``case_id`` first."""
+        assert self.cassette is not None
+        return recorded_answers(self.cassette, case_id)
+
+    def prepare(self, sandbox: Sandbox) -> None:
+        """Set up the sandbox of a session before it starts (nothing to do here)."""
+
+    def tool_names(self) -> list[str]:
+        """The tools a synthesized ``tools/list`` names (the ones the recording called)."""
+        assert self.cassette is not None
+        return list(self.cassette.tools())
 
     async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:
         """Serve one session until the client hangs up; returns 0."""
         async with Sandbox(**self._sandbox_kw) as sandbox:
+            self.prepare(sandbox)
             session = _Session(self, sandbox, client_out)
             await session.run(client_in)
         return 0
@@ -188,7 +210,7 @@ class _Session:
                 outer,
                 case_id=self._server.case_id,
                 agent=self._server.agent,
-                meta={"transport": "stdio", "serverless_replay": True},
+                meta=dict(self._server.session_meta),
             )
             try:
                 async for line in iter_lines(client_in, core.max_message_bytes):
@@ -258,7 +280,7 @@ class _Session:
 
     def _answer(self, msg: Message) -> bytes:
         method = str(msg.method)
-        answers = recorded_answers(self._server.cassette, self._case_id)
+        answers = self._server.answers(self._case_id)
         result = answers.get(method)
         if result is None and method == "server/discover" and "initialize" in answers:
             # The recorded server spoke the initialize era, which has no server/discover:
@@ -271,6 +293,10 @@ class _Session:
             # Only a paginated list's first page is kept: ending the list there keeps a
             # client from asking for the next page forever.
             result = {k: v for k, v in result.items() if k != "nextCursor"}
+        if PROTOCOL_VERSION_META_KEY in msg.meta and method != "initialize":
+            # A stateless client wants a list's caching fields: a listing written by hand
+            # (or kept from the other era) may lack them.
+            result = {**CACHEABLE, **result}
         return _result(msg.id, result)
 
     def _synthesize(self, method: str, msg: Message) -> dict[str, Any]:
@@ -283,19 +309,17 @@ class _Session:
                 "capabilities": caps,
                 "serverInfo": {"name": "litmus-sandbox-replay", "version": _version()},
             }
-        cacheable = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
         if method == "server/discover":
-            return {"supportedVersions": [MODERN_VERSION], "capabilities": caps, **cacheable}
+            return {"supportedVersions": [MODERN_VERSION], "capabilities": caps, **CACHEABLE}
         tools = [
-            {"name": name, "inputSchema": {"type": "object"}}
-            for name in self._server.cassette.tools()
+            {"name": name, "inputSchema": {"type": "object"}} for name in self._server.tool_names()
         ]
-        return {"tools": tools, **(cacheable if stateless else {})}
+        return {"tools": tools, **(CACHEABLE if stateless else {})}
 
     async def _call(self, pending: Pending) -> None:
         state = pending.call
         assert state is not None
-        listed = recorded_answers(self._server.cassette, self._case_id).get("tools/list")
+        listed = self._server.answers(self._case_id).get("tools/list")
         state.output_schema = output_schemas(listed).get(pending.tool)
         ep = await self._slot.recorder()
         cap = ep.sandbox.max_result_bytes
@@ -316,7 +340,7 @@ class _Session:
 
     def _recorded_result(self, step: ToolCallStep) -> dict[str, Any] | None:
         """The recorded upstream result that serves a replayed step, if it was kept."""
-        if step.fidelity != "replayed" or step.source is None:
+        if step.fidelity != "replayed" or step.source is None or self._server.cassette is None:
             return None
         recorded = self._server.cassette.step(step.source.episode_id, step.source.step)
         mcp = recorded.meta.get("mcp") if recorded is not None else None

@@ -14,7 +14,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-__all__ = ["listed_schemas", "output_schemas", "placeholder"]
+__all__ = ["listed_schemas", "listed_tools", "output_schemas", "placeholder"]
 
 _MAX_DEPTH = 16
 
@@ -34,18 +34,33 @@ def output_schemas(result: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def listed_tools(result: Any) -> dict[str, dict[str, Any]]:
+    """``{tool name: its entry}`` for the tools of a ``tools/list`` result (what an
+    emulator is told of each: description, input and output schemas)."""
+    tools = result.get("tools") if isinstance(result, Mapping) else None
+    if not isinstance(tools, list):
+        return {}
+    return {
+        tool["name"]: dict(tool)
+        for tool in tools
+        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
+    }
+
+
 #: Pages of ``tools/list`` the proxy follows when it lists the tools for itself.
 MAX_LISTING_PAGES = 20
 
 
 async def listed_schemas(
     fetch_page: Callable[[str, Any], Awaitable[Any]],
+    tools: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The output schemas of every page of ``tools/list``, the proxy asking for itself.
 
     ``await fetch_page(request_id, cursor)`` sends one request (the transport's business)
     and returns its ``result``, or None when there is none to be had; the pages are
-    followed by ``nextCursor``, at most :data:`MAX_LISTING_PAGES`.
+    followed by ``nextCursor``, at most :data:`MAX_LISTING_PAGES`. ``tools``, if given,
+    gets every tool's entry (:func:`listed_tools`).
     """
     out: dict[str, dict[str, Any]] = {}
     cursor: Any = None
@@ -54,6 +69,8 @@ async def listed_schemas(
         if not isinstance(result, Mapping):
             break
         out.update(output_schemas(result))
+        if tools is not None:
+            tools.update(listed_tools(result))
         cursor = result.get("nextCursor")
         if not cursor:
             break

@@ -99,6 +99,8 @@ class StdioProxy:
         max_message_bytes: the longest line either side may send (default 64 MiB): a
             client's longer line gets an error, a server's cuts it off; either way the
             episode ends aborted.
+        cache: where the results of tools the policy emulates are kept (a path or a
+            ``redis://`` URL; None: the step-verdict cache's default).
 
     Raises:
         ConfigError: an empty command, a bad timeout or size.
@@ -121,6 +123,7 @@ class StdioProxy:
         grace: float = 5.0,
         egress: EgressPolicy | Mapping[str, Any] | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        cache: PathLike | None = None,
     ) -> None:
         if not command:
             raise ConfigError("no MCP server command given (put it after --)")
@@ -152,6 +155,7 @@ class StdioProxy:
             "fsync": fsync,
             "egress": egress if egress is not None else False,
             "strict_egress": False if egress is not None else None,
+            "cache": cache,  # where emulated tools' results are kept (None: the default)
         }
 
     async def run(self, client_in: ByteReceiveStream, client_out: ByteSendStream) -> int:

@@ -77,13 +77,12 @@ class CallSession(SessionBase):
                 return
         state = pending.call
         assert state is not None
-        if (
-            state.output_schema is None
-            and not core.listed
-            and self._sandbox.policy.for_tool(pending.tool).mode in ANSWERED_BY_THE_PROXY
-        ):
+        mode = self._sandbox.policy.for_tool(pending.tool).mode
+        if state.output_schema is None and not core.listed and mode in ANSWERED_BY_THE_PROXY:
             await self._learn_schemas(pending)
             state.output_schema = core.schemas.get(pending.tool)
+        if mode == "emulate" and (listed := core.tools.get(pending.tool)) is not None:
+            self._sandbox.describe_tools({pending.tool: listed})  # the emulator is told
         task = pending.handle = TaskCall()
         self._tasks += 1
         if self._idle.is_set():
@@ -235,4 +234,4 @@ class CallSession(SessionBase):
             return body.get("result")
 
         with anyio.move_on_after(self._proxy.timeout or 30):
-            core.schemas.update(await listed_schemas(fetch))
+            core.schemas.update(await listed_schemas(fetch, core.tools))

@@ -6,7 +6,8 @@ imported; its objects are read through ``model_dump``):
 * ``litmus-sandbox import openai-chat|openai-responses TRANSCRIPTS.jsonl -o EPISODES.jsonl``
   (``_transcripts.py``, ``_cli.py``): one episode per line;
 * :func:`run_chat_tool_calls` and :func:`run_response_function_calls` (``_live.py``): record
-  a model's turn in an open episode and run its calls under the sandbox policy.
+  a model's turn in an open episode and run its calls under the sandbox policy;
+  :func:`describe_tools` tells the sandbox's emulator the tools the loop offers.
 
 Both read turns with the same code (``_shapes.py``) and make steps with the same code
 (``_steps.py``): calls and results are joined by id, a call without a result makes the
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from litmus_sandbox import _lazy_exports
 
 if TYPE_CHECKING:
+    from litmus_sandbox.adapters.openai._live import describe_tools as describe_tools
     from litmus_sandbox.adapters.openai._live import run_chat_tool_calls as run_chat_tool_calls
     from litmus_sandbox.adapters.openai._live import (
         run_response_function_calls as run_response_function_calls,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "RECORDER_NAME": "litmus_sandbox.adapters.openai._steps",
+    "describe_tools": "litmus_sandbox.adapters.openai._live",
     "import_transcripts": "litmus_sandbox.adapters.openai._transcripts",
     "run_chat_tool_calls": "litmus_sandbox.adapters.openai._live",
     "run_response_function_calls": "litmus_sandbox.adapters.openai._live",

@@ -23,6 +23,10 @@ a tool the sandbox does not have - is answered with an error by the helper (the 
 ``denied``, with ``meta.openai`` saying why), so the model can correct itself and the
 loop goes on. Plain dicts and ``openai`` objects are accepted alike; the package is never
 imported.
+
+A tool the policy emulates need not exist: the ``[emulator]`` answers for it, told what
+:func:`describe_tools` said of it (the ``tools`` the loop sends the model: each function's
+description and parameters' schema).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import msgspec
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Actual, Shown, ToolCallStep
 from litmus_sandbox._runtime.recorder import Recording
+from litmus_sandbox._runtime.sandbox import Sandbox
 from litmus_sandbox._runtime.tool_calls import ToolResult
 
 from ._shapes import Called, Said, ShapeError, Turn, chat_turns, finish_refusal, plain
@@ -191,3 +196,36 @@ async def run_response_function_calls(ep: Recording, output_items: Any) -> list[
         }
         for cid, text in done
     ]
+
+
+def describe_tools(target: Sandbox | Recording, tools: Iterable[Any]) -> list[str]:
+    """Tell the sandbox's emulator the tools a loop offers the model (nothing without one).
+
+    Args:
+        target: the sandbox, or an episode open in it.
+        tools: the ``tools`` of a chat request (``{"type": "function", "function": {...}}``)
+            or of a Responses request (``{"type": "function", "name", ...}``, custom
+            tools too); dicts or ``openai`` objects.
+
+    Returns:
+        The names of the tools described.
+
+    Raises:
+        ConfigError: not a list of tool definitions, or an episode of no sandbox.
+    """
+    sandbox = target if isinstance(target, Sandbox) else getattr(target, "sandbox", None)
+    if not isinstance(sandbox, Sandbox):
+        raise ConfigError("describe_tools needs a Sandbox, or an episode open in one")
+    data = plain(tools)
+    if isinstance(data, str | bytes | dict) or not isinstance(data, Iterable):
+        raise ConfigError(f"expected a list of tool definitions, got {type(data).__name__}")
+    found: dict[str, dict[str, Any]] = {}
+    for i, item in enumerate(data):
+        tool = plain(item)
+        entry = tool.get("function", tool) if isinstance(tool, dict) else None
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(name, str):
+            raise ConfigError(f"tools[{i}] is not a tool definition with a name")
+        found[name] = entry
+    sandbox.describe_tools(found)
+    return list(found)

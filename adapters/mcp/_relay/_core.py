@@ -63,7 +63,7 @@ from .._jsonrpc import (
     tool_call_of,
 )
 from .._recording import CallState
-from .._schema import output_schemas
+from .._schema import listed_tools, output_schemas
 from ._actions import (
     Abort,
     Action,
@@ -120,6 +120,8 @@ class Relay(Tasks, Guard, Startup):
         self._unforwarded: dict[Key, None] = {}
         #: Tools' output schemas learnt from the listings relayed (or the proxy's own).
         self.schemas: dict[str, dict[str, Any]] = {}
+        #: The listed tools' entries (what an emulator is told of an emulated tool).
+        self.tools: dict[str, dict[str, Any]] = {}
         #: Whether the tools were listed (by the client, or by the proxy for itself).
         self.listed = False
         #: The server's answers kept for server-less replay, by method.
@@ -359,6 +361,7 @@ class Relay(Tasks, Guard, Startup):
                 return self._task_result(call, pending, line, body)
         if method == "tools/list":
             self.schemas.update(output_schemas(result))
+            self.tools.update(listed_tools(result))
             self.listed = True
         elif method == "initialize" and isinstance(result, dict):
             self.engaged = True  # the handshake completed: a session, not a probe
