@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from litmus_sandbox._model.errors import ConfigError, LitmusError
 from litmus_sandbox._model.records import Episode, PolicyRecord, Verdict
 from litmus_sandbox._runtime.scorer import (
+    Engine,
     Progress,
     ScoreStats,
     ScoringFailed,
     covered_keys,
-    score_all,
+    local_engine,
     scored,
 )
 from litmus_sandbox._store.step_cache import StepCache
@@ -136,9 +137,11 @@ def rebaseline(
     *,
     cache: StepCache | None = None,
     progress: Progress | None = None,
+    engine: Engine | None = None,
 ) -> Rebaselined:
     """Re-score the complete baseline recordings in ``episodes`` under ``config`` and write
-    them to ``out`` as a new baseline verdict stream (headed by ``config``'s record).
+    them to ``out`` as a new baseline verdict stream (headed by ``config``'s record);
+    ``engine`` scores them elsewhere (through its own cache, not ``cache``).
 
     Raises:
         RecordDecodeError: an unreadable episode stream (nothing is written).
@@ -156,8 +159,8 @@ def rebaseline(
             else:
                 yield ep
 
-    verdicts, _ = score_all(complete(), config, cache, result.stats, progress)
-    result.verdicts = scored(verdicts)
+    score = engine if engine is not None else local_engine(cache)
+    result.verdicts = scored(score(complete(), config, result.stats, progress))
     write_verdicts(out, config.record(), result.verdicts)
     if result.stats.failures:
         raise ScoringFailed(result.stats, result)

@@ -17,12 +17,17 @@ Two drivers ask the judge:
   ``max_concurrency`` at a time (an anyio ``CapacityLimiter``), steps of later episodes
   starting while earlier ones wait (:class:`ScoringRun`, ``scoring_run.py``). Verdicts come
   out in the episodes' order either way; the sync functions here run it with ``anyio.run``.
+
+Both run in this process: :func:`local_engine`. Another :class:`Engine` scores the same
+episodes elsewhere and hands back the same verdicts in the same order
+(``ray_engine.RayEngine``: shards of episodes as Ray tasks, each scored as here).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import anyio
 
@@ -34,11 +39,13 @@ from litmus_sandbox._store.streams import iter_episodes, write_verdicts
 from litmus_sandbox.judges import Judge, ScoringConfig, is_session_judge
 
 __all__ = [
+    "Engine",
     "Progress",
     "ScoreStats",
     "ScoringFailed",
     "StepFailure",
     "covered_keys",
+    "local_engine",
     "needs_event_loop",
     "score_all",
     "score_episode",
@@ -49,6 +56,34 @@ __all__ = [
 
 #: Told after each episode is settled (the CLI's progress bar).
 Progress = Callable[[ScoreStats], None]
+
+
+class Engine(Protocol):
+    """Where episodes are scored: every episode's verdict in the episodes' order (None
+    for an episode a step of which got no verdict), with the costs and the failures added
+    to ``stats`` and ``progress`` told as steps are settled."""
+
+    def __call__(
+        self,
+        episodes: Iterable[Episode],
+        config: ScoringConfig,
+        stats: ScoreStats,
+        progress: Progress | None,
+    ) -> list[Verdict | None]: ...
+
+
+def local_engine(cache: StepCache | None) -> Engine:
+    """Scoring in this process (:func:`score_all`), through ``cache``."""
+
+    def score(
+        episodes: Iterable[Episode],
+        config: ScoringConfig,
+        stats: ScoreStats,
+        progress: Progress | None,
+    ) -> list[Verdict | None]:
+        return score_all(episodes, config, cache, stats, progress)[0]
+
+    return score
 
 
 class ScoringFailed(JudgeError):
@@ -178,19 +213,22 @@ def score_files(
     *,
     cache: StepCache | None = None,
     progress: Progress | None = None,
+    engine: Engine | None = None,
 ) -> ScoreStats:
     """Score the episodes in ``paths`` and write a verdict stream to ``out``.
 
     The output is written only once every episode was scored, so it is never half
     written. An episode with a step the judge gave no verdict for gets no verdict: the
-    others are written, then :class:`ScoringFailed` says what failed.
+    others are written, then :class:`ScoringFailed` says what failed. ``engine`` scores
+    them elsewhere (through its own cache; ``cache`` is then not used).
 
     Raises:
         ScoringFailed: some steps got no verdict (a :class:`JudgeError`).
         RecordDecodeError: an unreadable episode stream (nothing is written).
     """
     stats = ScoreStats()
-    verdicts, _ = score_all(iter_episodes(paths, stats.warnings), config, cache, stats, progress)
+    score = engine if engine is not None else local_engine(cache)
+    verdicts = score(iter_episodes(paths, stats.warnings), config, stats, progress)
     write_verdicts(out, config.record(), scored(verdicts))
     if stats.failures:
         raise ScoringFailed(stats)
