@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from litmus_sandbox._cli.gate import candidate_policies, run_gate
 from litmus_sandbox._cli.inputs import refuse_same_file, require_records
@@ -25,7 +26,14 @@ from litmus_sandbox._runtime.rebaseline import (
     rebaseline_config,
     rescore_costs,
 )
-from litmus_sandbox._runtime.scorer import ScoreStats, ScoringFailed, score_all, score_files, scored
+from litmus_sandbox._runtime.scorer import (
+    Engine,
+    ScoreStats,
+    ScoringFailed,
+    local_engine,
+    score_files,
+    scored,
+)
 from litmus_sandbox._store.exclusions import load_exclusions
 from litmus_sandbox._store.files import check_output
 from litmus_sandbox._store.locations import display, is_remote
@@ -33,6 +41,9 @@ from litmus_sandbox._store.step_cache import StepCache, open_cache
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
 from litmus_sandbox.reports._shared import plural
+
+if TYPE_CHECKING:
+    from litmus_sandbox._runtime.ray_engine import RayEngine
 
 EXIT_OK = 0
 
@@ -50,6 +61,33 @@ def _open_cache(args: argparse.Namespace) -> StepCache | None:
     if args.no_cache:
         return None
     return open_cache(args.cache or default_cache_path())
+
+
+def _ray_engine(args: argparse.Namespace) -> RayEngine | None:
+    """The Ray engine ``--engine ray`` asks for (None: score here), with the cache every
+    worker opens: ``--cache``, else the default one (a SQLite file: then only a cluster
+    on this machine can share it).
+
+    Raises:
+        ModuleNotFoundError: the ``ray`` extra is not installed (looked for first).
+        LitmusError: Ray flags without ``--engine ray``; ``--no-cache`` with it.
+    """
+    if args.engine != "ray":
+        if args.ray_address is not None or args.steps_per_task is not None:
+            raise LitmusError("--ray-address and --steps-per-task need --engine ray")
+        return None
+    from litmus_sandbox._runtime.ray_engine import STEPS_PER_TASK, RayEngine
+
+    if args.no_cache:
+        raise LitmusError(
+            "--engine ray needs a cache every worker reaches (a retried task would pay its "
+            "steps again): drop --no-cache, give --cache redis://HOST:PORT/DB"
+        )
+    return RayEngine(
+        cache=args.cache or default_cache_path(),
+        address=args.ray_address,
+        steps_per_task=STEPS_PER_TASK if args.steps_per_task is None else args.steps_per_task,
+    )
 
 
 def _warn(warnings: Sequence[ReadWarning | str]) -> None:
@@ -118,20 +156,25 @@ def _check_verdicts_output(output: str, inputs: Sequence[str | None]) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    ray = _ray_engine(args)
     _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.policy])
     require_records(args.episodes, "episodes", allow=args.allow_empty_input)
     config = load_policy(args.policy)
-    cache = _open_cache(args)
+    cache = _open_cache(args) if ray is None else None
     failed = False
     try:
         with score_progress(args.episodes, config, quiet=args.quiet) as progress:
-            stats = score_files(args.episodes, config, args.output, cache=cache, progress=progress)
+            stats = score_files(
+                args.episodes, config, args.output, cache=cache, progress=progress, engine=ray
+            )
     except ScoringFailed as exc:
         stats, failed = exc.stats, True
     finally:
         if cache is not None:
             cache.close()
+        if ray is not None:
+            ray.close()
     _warn(stats.warnings)
     print(
         for_terminal(
@@ -156,6 +199,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.output == "-":
         args.output = None  # stdout
     on_the_fly = args.candidate is None
+    if not on_the_fly and args.engine == "ray":
+        raise LitmusError("--engine ray scores --candidate-episodes; --candidate is scored already")
     _check_distinct(args.baseline)
     _check_distinct(args.candidate or args.candidate_episodes)
     _check_distinct(args.candidate_episodes or [])
@@ -255,14 +300,18 @@ def _score_candidate(
     """``gate --candidate-episodes``: the candidate scored now, through the cache, as
     ``score`` would (its read warnings on stderr, as ``score`` prints them)."""
     stats = ScoreStats()
-    cache = _open_cache(args)
+    ray = _ray_engine(args)
+    cache = _open_cache(args) if ray is None else None
+    engine: Engine = ray if ray is not None else local_engine(cache)
     try:
         with score_progress(args.candidate_episodes, config, quiet=args.quiet) as progress:
             episodes = iter_episodes(args.candidate_episodes, stats.warnings)
-            verdicts, _ = score_all(episodes, config, cache, stats, progress)
+            verdicts = engine(episodes, config, stats, progress)
     finally:
         if cache is not None:
             cache.close()
+        if ray is not None:
+            ray.close()
     _warn(stats.warnings)
     return scored(verdicts), stats
 
@@ -295,6 +344,7 @@ def _rescore_costs(
 
 
 def cmd_rebaseline(args: argparse.Namespace) -> int:
+    ray = _ray_engine(args)
     _check_distinct(args.episodes)
     _check_verdicts_output(args.output, [*args.episodes, args.like, args.policy])
     require_records(args.episodes, "episodes", allow=args.allow_empty_input, arg="--episodes")
@@ -311,19 +361,23 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
             f"litmus-sandbox: warning: {args.policy} not checked against any candidate (no --like)",
             file=sys.stderr,
         )
-    cache = _open_cache(args)
+    cache = _open_cache(args) if ray is None else None
     failed = False
     try:
         with score_progress(
             args.episodes, config, quiet=args.quiet, what="re-scoring", skip_unscorable=True
         ) as progress:
-            done = rebaseline(args.episodes, config, args.output, cache=cache, progress=progress)
+            done = rebaseline(
+                args.episodes, config, args.output, cache=cache, progress=progress, engine=ray
+            )
     except ScoringFailed as exc:
         done = exc.result if isinstance(exc.result, Rebaselined) else Rebaselined(exc.stats)
         failed = True
     finally:
         if cache is not None:
             cache.close()
+        if ray is not None:
+            ray.close()
     stats = done.stats
     _warn(stats.warnings)
     print(

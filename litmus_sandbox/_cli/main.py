@@ -90,6 +90,29 @@ def _add_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
 
 
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where to judge: in this process (default), or on a Ray cluster (extra ray), "
+        "in tasks of --steps-per-task steps, through a cache every worker reaches",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --engine ray: the cluster (HOST:PORT of its head, ray://HOST:10001, "
+        "auto); default $RAY_ADDRESS, else the cluster running on this machine",
+    )
+    p.add_argument(
+        "--steps-per-task",
+        type=int,
+        metavar="N",
+        help="with --engine ray: recorded steps per Ray task (consecutive whole episodes; "
+        "default 1000)",
+    )
+
+
 def _add_quiet_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-q",
@@ -139,6 +162,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     )
     add_allow_empty_input(p, "an EPISODES file", " (with none at all, 0 episodes are scored)")
     _add_cache_flags(p)
+    _add_engine_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_score)
 
@@ -193,6 +217,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
         " (then --allow-empty decides whether nothing compared passes)",
     )
     _add_cache_flags(p)
+    _add_engine_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_gate)
 
@@ -219,6 +244,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     )
     add_allow_empty_input(p, "an --episodes file", " (--like never: its policy is read)")
     _add_cache_flags(p)
+    _add_engine_flags(p)
     _add_quiet_flag(p)
     p.set_defaults(func=cmd_rebaseline)
     add_replay_parsers(sub)

@@ -47,6 +47,7 @@ NEEDS_EXTRA = {
     "otel": ["export", "otel", "no.jsonl", "-o", "out.otlp.jsonl"],
     "agentdojo": ["run", "agentdojo", "--suite", "banking", "-o", "out.jsonl"],
     "cloud": ["show", "s3://bucket/runs/"],
+    "ray": ["score", "no.jsonl", "--policy", "p.toml", "-o", "out.jsonl", "--engine", "ray"],
 }
 
 

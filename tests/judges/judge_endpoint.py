@@ -34,6 +34,8 @@ class Request:
     path: str
     headers: dict[str, str]
     raw: bytes
+    #: The client's port (its end of the loopback connection).
+    peer_port: int = 0
 
     @property
     def body(self) -> dict[str, Any]:
@@ -120,7 +122,10 @@ class Endpoint:
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length)
-        request = Request(time.monotonic(), handler.path, dict(handler.headers.items()), raw)
+        peer_port = handler.client_address[1]
+        request = Request(
+            time.monotonic(), handler.path, dict(handler.headers.items()), raw, peer_port
+        )
         with self._lock:
             self.requests.append(request)
             self.in_flight += 1
