@@ -11,11 +11,17 @@ whole in a second table, by side and position.
 :meth:`DuckJoin.chunks` then lets SQL do the set work in one group-by on the case id:
 each case's place in gate order (the position of the baseline's first verdict, or, for a
 case only the candidate has, the baseline's length plus the candidate's first one), its
-epochs, and whether it is a *plain pass*: one verdict a side, both safe, the same fully
-known legacy provenance, not excluded. Plain passes are only counted
-(:attr:`DuckJoin.passes`) unless the report lists them; every other case comes back in
-gate order, its verdicts in stream order, as the chunks the sans-io decider takes
-(:class:`~litmus_sandbox._core.tally.CaseDecider`): only those become Python objects.
+verdicts a side, each side's ``safe`` and code, and whether it is a *plain pass*: one
+verdict a side, both safe, the same fully known legacy provenance, not excluded. Plain
+passes are only counted (:attr:`DuckJoin.passes`) unless the report lists them. Every
+other case is written in gate order to a table (an ordered insert, insertion order
+kept: its ``rowid`` is then the case's rank, which the pages check), and read back a
+page at a time as columns (``fetchnumpy``: no Python object per row but the values): a
+case is one row, and a side of one verdict is made again from its columns. Only the
+cases with epochs or a verdict kept whole have each verdict made on its own, from a
+second table in the same order, paged alongside. The pages are the chunks the sans-io
+decider takes (:class:`~litmus_sandbox._core.tally.CaseDecider`): only the cases that
+need a decision become Python objects.
 
 DuckDB runs under a memory limit (half of ``--memory-budget``: the rest is Python's, and
 the report's), with its spill in a private temporary directory (``mkdtemp``, mode 0700)
@@ -34,8 +40,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from litmus_sandbox._core.inputs import SideInputs
+from litmus_sandbox._core.joins import Chunk
 from litmus_sandbox._model.errors import UpstreamError
-from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
+from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict, PolicyRecord
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox._store.verdict_columns import WHOLE, Columns, Kinds, read_columns, to_columns
 
@@ -57,23 +64,44 @@ CREATE TABLE verdicts (side UTINYINT, pos UBIGINT, key VARCHAR, safe BOOLEAN, co
 CREATE TABLE whole (side UTINYINT, pos UBIGINT, rec BLOB);
 CREATE TABLE excluded (key VARCHAR);
 """
-# Gate order, epochs and plain passes in one group-by (see the module docstring).
-_CASES = """
-CREATE TABLE cases AS
-SELECT key,
-       coalesce(min(pos) FILTER (side = 0), $baseline + min(pos) FILTER (side = 1)) AS place,
-       count(*) FILTER (side = 0) = 1 AND count(*) FILTER (side = 1) = 1
-         AND min(code) >= 0 AND min(code) = max(code) AND bool_and(safe) AS plain
-FROM verdicts GROUP BY key
-"""
-_EXCLUDED = "UPDATE cases SET plain = false WHERE plain AND key IN (SELECT key FROM excluded)"
-_ROWS = """
-SELECT v.key, v.side, v.safe, v.code, w.rec
-FROM verdicts v JOIN cases c ON v.key = c.key
-LEFT JOIN whole w ON v.code = {whole} AND w.side = v.side AND w.pos = v.pos
+# Gate order, epochs and plain passes in one group-by (see the module docstring): a
+# case's place, its verdicts a side, and a side's code and ``safe`` as ``2 * code + safe``
+# (those of its verdict, when it has one). The cases handed on are written in gate
+# order: ``rowid`` is then a case's rank among them.
+_TODO = """
+CREATE TABLE todo AS
+SELECT key, place, n - nc AS nb, nc, coalesce(bw, 0) AS bw, coalesce(cw, 0) AS cw
+FROM (
+  SELECT key,
+         min(pos + side * $baseline)::BIGINT AS place,
+         count(*)::INTEGER AS n,
+         sum(side)::INTEGER AS nc,
+         min(CASE side WHEN 0 THEN 2 * code + safe::INTEGER END) AS bw,
+         min(CASE side WHEN 1 THEN 2 * code + safe::INTEGER END) AS cw
+  FROM verdicts GROUP BY key
+)
 {where}
-ORDER BY c.place, v.side, v.pos
+ORDER BY place
 """
+# Not a plain pass: not one verdict a side, both safe (odd), of one code, not negative.
+_NOT_PLAIN = """
+WHERE NOT (n = 2 AND nc = 1 AND bw = cw AND bw >= 1 AND bw % 2 = 1)
+   OR key IN (SELECT key FROM excluded)
+"""
+_PAGE = "SELECT * FROM todo WHERE rowid >= $lo AND rowid < $hi"
+# The verdicts of the cases with epochs or a verdict kept whole, in gate order.
+_KEPT_WHOLE = (2 * WHOLE, 2 * WHOLE + 1)
+_ODD = f"""
+CREATE TABLE odd AS
+SELECT v.key, v.safe, v.code, w.rec
+FROM todo t JOIN verdicts v ON v.key = t.key
+LEFT JOIN whole w ON v.code = {WHOLE} AND w.side = v.side AND w.pos = v.pos
+WHERE {{odd}}
+ORDER BY t.place, v.side, v.pos
+"""
+# Epochs, or a verdict kept whole (``2 * WHOLE + safe``).
+_IS_ODD = f"t.nb > 1 OR t.nc > 1 OR t.bw IN {_KEPT_WHOLE} OR t.cw IN {_KEPT_WHOLE}"
+_ODD_PAGE = "SELECT * FROM odd WHERE rowid >= $lo AND rowid < $hi"
 
 
 class DuckJoin:
@@ -230,48 +258,112 @@ class DuckJoin:
 
     # ------------------------------------------------------------ lining up
 
-    def chunks(self, *, plain: bool) -> Iterator[tuple[list[str], list[Any], list[Any]]]:
+    def chunks(self, *, plain: bool) -> Iterator[Chunk]:
         """The cases in gate order, as chunks of (case ids, baseline sides, candidate
         sides), a side being a verdict, a list of verdicts (epochs) or None. ``plain``:
         the plain passes too; without it they are counted in :attr:`passes`."""
+        self._flush()
+        self._run("SET preserve_insertion_order = true")  # ``todo`` and ``odd`` in order
+        where = "" if plain else _NOT_PLAIN
+        self._run(_TODO.format(where=where), {"baseline": self._sizes[0]})
+        cases, verdicts, odd = self._counts(
+            f"SELECT count(*), coalesce(sum(nb + nc), 0), count(*) FILTER ({_IS_ODD}) FROM todo t"
+        )
+        # Every verdict is in ``todo`` but those of the plain passes, two each.
+        self.passes = (sum(self._sizes) - verdicts) // 2
+        if odd:
+            self._run(_ODD.format(odd=_IS_ODD))
+        last, odd_at = -1, 0
+        for lo in range(0, cases, CHUNK):
+            page = self._fetch(_PAGE, {"lo": lo, "hi": lo + CHUNK})
+            places = page["place"]
+            if places[0] <= last or (len(places) > 1 and bool((places[1:] <= places[:-1]).any())):
+                raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
+            last = int(places[-1])
+            keys: list[str] = page["key"].tolist()
+            bs = self._sides(keys, page["nb"], page["bw"])
+            cs = self._sides(keys, page["nc"], page["cw"])
+            odd_at = self._odd(keys, page, bs, cs, odd_at)
+            yield keys, bs, cs
+
+    def _sides(self, keys: list[str], counts: Any, w: Any) -> list[Any]:
+        """One side of a page of cases: its verdict where it has one that its columns make
+        again (a legacy verdict), else None (no verdict, or one that :meth:`_odd` fills).
+        ``w``: ``2 * code + safe``."""
+        import numpy as np
+
+        codes, safe = w >> 1, (w & 1).astype(np.bool_)
+        ones = (counts == 1) & (codes != WHOLE)
+        provenances = self.kinds.provenances
+        kinds = np.where(codes >= 0, codes, -2 - codes)[ones].tolist()
+        legacy = LegacyVerdict
+        if len(kinds) == len(keys):
+            return [
+                legacy(run_id=k, safe=s, provenance=provenances[p])
+                for k, s, p in zip(keys, safe.tolist(), kinds, strict=True)
+            ]
+        out: list[Any] = [None] * len(keys)
+        for i, s, p in zip(np.flatnonzero(ones).tolist(), safe[ones].tolist(), kinds, strict=True):
+            out[i] = legacy(run_id=keys[i], safe=s, provenance=provenances[p])
+        return out
+
+    def _odd(self, keys: list[str], page: Any, bs: list[Any], cs: list[Any], at: int) -> int:
+        """Fill in the sides of the page's cases with epochs or a verdict kept whole, from
+        ``odd`` (the rows from ``at`` on); the row after theirs."""
+        import numpy as np
+
+        nb, nc = page["nb"], page["nc"]
+        odd = (nb > 1) | (nc > 1) | (page["bw"] >> 1 == WHOLE) | (page["cw"] >> 1 == WHOLE)
+        if not odd.any():
+            return at
+        rows = int((nb[odd] + nc[odd]).sum())
+        got = self._fetch(_ODD_PAGE, {"lo": at, "hi": at + rows})
+        verdict = self.kinds.verdict
+        made = [
+            verdict(k, s, c) if c != WHOLE else pickle.loads(r)
+            for k, s, c, r in zip(
+                got["key"].tolist(),
+                got["safe"].tolist(),
+                got["code"].tolist(),
+                got["rec"].tolist(),
+                strict=True,
+            )
+        ]
+        row = 0
+        for i in np.flatnonzero(odd).tolist():
+            for sides, n in ((bs, int(nb[i])), (cs, int(nc[i]))):
+                group = made[row : row + n]
+                row += n
+                if any(v.case_id != keys[i] for v in group):
+                    raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
+                sides[i] = _side(group)
+        return at + rows
+
+    def _run(self, sql: str, params: dict[str, Any] | None = None) -> None:
         import duckdb
 
-        self._flush()
-        db = self._db
         try:
-            db.execute(_CASES, {"baseline": self._sizes[0]})
-            db.execute(_EXCLUDED)
-            if not plain:
-                row = db.execute("SELECT count(*) FROM cases WHERE plain").fetchone()
-                self.passes = int(row[0]) if row else 0
-            where = "" if plain else "WHERE NOT c.plain"
-            cursor = db.execute(_ROWS.format(whole=WHOLE, where=where))
+            self._db.execute(sql, params)
         except duckdb.Error as e:  # out of memory, or of room for the spill
             raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
-        verdict = self.kinds.verdict
-        keys: list[str] = []
-        bs: list[Any] = []
-        cs: list[Any] = []
-        key: str | None = None
-        sides: tuple[list[AnyVerdict], list[AnyVerdict]] = ([], [])
-        while rows := cursor.fetchmany(BATCH):
-            for k, side, safe, code, rec in rows:
-                if k != key:
-                    if key is not None:
-                        keys.append(key)
-                        bs.append(_side(sides[0]))
-                        cs.append(_side(sides[1]))
-                        if len(keys) >= CHUNK:
-                            yield keys, bs, cs
-                            keys, bs, cs = [], [], []
-                    key, sides = k, ([], [])
-                sides[side].append(verdict(k, safe, code) if code != WHOLE else pickle.loads(rec))
-        if key is not None:
-            keys.append(key)
-            bs.append(_side(sides[0]))
-            cs.append(_side(sides[1]))
-        if keys:
-            yield keys, bs, cs
+
+    def _counts(self, sql: str) -> tuple[int, ...]:
+        import duckdb
+
+        try:
+            row = self._db.execute(sql).fetchone()
+        except duckdb.Error as e:
+            raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
+        assert row is not None  # an aggregate has a row
+        return tuple(map(int, row))
+
+    def _fetch(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        import duckdb
+
+        try:
+            return dict(self._db.execute(sql, params).fetchnumpy())
+        except duckdb.Error as e:
+            raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
 
 
 def _side(verdicts: list[AnyVerdict]) -> AnyVerdict | list[AnyVerdict] | None:
