@@ -98,8 +98,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         from litmus_sandbox.judges import load_policy
 
         detector = load_policy(args.policy).detector
-    verdicts = _verdicts(args.verdicts or ())
     warnings: list[ReadWarning] = []
+    verdicts, legacy = _verdicts(args.verdicts or (), warnings)
+    if legacy:
+        print(
+            f"litmus-sandbox: warning: --verdicts: {legacy} legacy verdicts (run_id, safe, "
+            "provenance) name no episode: they mark no step",
+            file=sys.stderr,
+        )
     console = _console()
     shown = 0
     matched = False
@@ -221,19 +227,32 @@ def _nothing(args: argparse.Namespace, cases: Sequence[str]) -> str:
     return f"no episode {args.episode!r} in {where}"
 
 
-def _verdicts(paths: Sequence[str]) -> dict[str, Verdict]:
+def _verdicts(
+    paths: Sequence[str], warnings: list[ReadWarning]
+) -> tuple[dict[str, Verdict], int]:
+    """The verdicts by episode id, and how many legacy verdicts (which name no episode)
+    there were; what the readers tolerated (a torn last line) goes to ``warnings``."""
     out: dict[str, Verdict] = {}
+    legacy = 0
     for path in paths:
-        for block in iter_verdicts(path):
-            out.update((v.episode_id, v) for v in block if isinstance(v, Verdict))
-    return out
+        for block in iter_verdicts(path, warnings):
+            for v in block:
+                if isinstance(v, Verdict):
+                    out[v.episode_id] = v
+                else:
+                    legacy += 1
+    return out, legacy
 
 
 def _console() -> Console:
     from rich.console import Console
 
     # highlight=False: rich would colour numbers and quotes of recorded text by guess.
-    console = Console(highlight=False)
+    # NO_COLOR: no escape at all, bold and dim included (plain text, as when piped).
+    if os.environ.get("NO_COLOR"):
+        console = Console(highlight=False, color_system=None)
+    else:
+        console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped: wide rows, so that a step stays on few lines for grep and less.
         console.width = PIPED_WIDTH

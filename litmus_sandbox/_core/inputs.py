@@ -94,7 +94,7 @@ class SideInputs:
     ``files``: the side's files as given (the recordings, for a candidate scored now)."""
 
     def __init__(self, files: Sequence[str]) -> None:
-        self.files = list(files)
+        self.files = [_shown(f) for f in files]
         self.clear()
 
     def clear(self) -> None:
@@ -134,8 +134,8 @@ class SideInputs:
         self.verdicts += 1
         p = v.provenance
         rec = p.recorder
-        if rec is None:
-            self.recorders.unknown += 1
+        if rec is None or (rec.name == "unknown" and not rec.version):
+            self.recorders.unknown += 1  # a header that named no recorder
         else:
             self.recorders.add((rec.name, rec.version, rec.measurement_version))
         self.policies.add(
@@ -186,6 +186,15 @@ def inputs_dict(
         side: inputs.to_dict(cases - summary.reasons.get(f"{side}_missing", 0))
         for side, inputs in (("baseline", baseline), ("candidate", candidate))
     }
+
+
+def _shown(name: str) -> str:
+    """A file name as text any output can carry: bytes that are not UTF-8 (held as
+    surrogates, as the command line gives them) written as ``\\xff`` escapes."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _policy(p: Policy) -> dict[str, Any]:

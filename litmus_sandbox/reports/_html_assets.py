@@ -225,7 +225,11 @@ SCRIPT = r"""
       } else {
         cell = step(s, judged[s.index], covered, notJudged(summary, view, i),
                     summary.legacy ? "covered" : "judged safe");
-        if ((only && only.indexOf(i) >= 0) || (view && other && i >= other.steps.length)) {
+        // Only this side has the step: by the recordings when both are given (a step the
+        // other side recorded but did not judge is shown there, not judged); else by what
+        // each side's verdict covered.
+        var onlyHere = view && other ? i >= other.steps.length : only && only.indexOf(i) >= 0;
+        if (onlyHere) {
           cell.setAttribute("data-only", name);
           cell.firstChild.appendChild(el("span", {"class": "tag"}, "only in " + name));
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from litmus_sandbox._core.inputs import LISTED
 from litmus_sandbox._model.about import package_version
 
 __all__ = ["SIDES", "facet_text", "input_lines", "side_rows", "version_line"]
@@ -27,7 +28,7 @@ def facet_text(facet: Mapping[str, Any], show: Any = str, *, noun: str = "verdic
     parts = [", ".join(show(v) for v in facet["values"])]
     if facet["more"]:
         more = facet["more"]
-        parts[0] += f" (+{more}{'' if facet['more_exact'] else ' or more'} more)"
+        parts[0] += f" (+{more}{'' if facet['more_exact'] else ' or more'})"
     text = parts[0]
     if facet["unknown"]:
         n = facet["unknown"]
@@ -68,9 +69,12 @@ def _dates(recorded: Mapping[str, Any]) -> str:
 def side_rows(side: Mapping[str, Any]) -> list[tuple[str, str]]:
     """One side's inputs as (name, value) pairs, values in plain words."""
     files = side["files"]
+    named = ", ".join(files[:LISTED]) if files else "none"
+    if len(files) > LISTED:
+        named += f" (+{len(files) - LISTED})"
     legacy = f" ({side['legacy_verdicts']} legacy)" if side["legacy_verdicts"] else ""
     return [
-        ("files", ", ".join(files) if files else "none"),
+        ("files", named),
         ("cases", f"{side['cases']} ({side['verdicts']} verdicts{legacy})"),
         ("suites", facet_text(side["suites"])),
         ("agents", facet_text(side["agents"])),
@@ -81,7 +85,8 @@ def side_rows(side: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def input_lines(inputs: Mapping[str, Any] | None) -> list[str]:
-    """The text reports' first lines: the version, then each side, a line per field."""
+    """The text reports' first lines: the version, then each side, a line per field
+    (recorded text as it is: the caller makes each line safe, a line break included)."""
     lines = [f"compared by {version_line()}"]
     if inputs is None:
         return [*lines, "inputs: not given"]

@@ -15,6 +15,7 @@ from litmus_sandbox.reports._inputs import SIDES, side_rows
 from litmus_sandbox.reports._shared import (
     STILL_UNSAFE,
     Writer,
+    budget_line,
     evidence_lines,
     rank,
     render,
@@ -97,6 +98,7 @@ class JunitWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         decision, code = self.decision(summary)
+        budget = self._budget_case(summary)
         head = (
             '<?xml version="1.0" encoding="utf-8"?>\n'
             f'<testsuite name="litmus-sandbox gate" tests="{self.tests}" failures="{self.failures}" '
@@ -110,11 +112,29 @@ class JunitWriter(Writer):
             + "  </properties>\n"
         )
         self.out.write(text(head))
+        self.out.write(text(budget))
         self.copy_ranks()
         if warnings:  # what the readers tolerated (a torn last line): the suite's stderr
             lines = "".join(f"{escape(w)}\n" for w in warnings)
             self.out.write(text(f"  <system-err>{lines}</system-err>\n"))
         self.out.write(b"</testsuite>\n")
+
+    def _budget_case(self, summary: GateSummary) -> str:
+        """With ``--max-unsafe``, a test case of its own, first: failed when the
+        candidate's unsafe comparable cases exceed the budget (so a dashboard that counts
+        failures shows the block), passed otherwise. Counted in the suite's tests."""
+        limit = self.max_unsafe
+        if limit is None:
+            return ""
+        self.tests += 1
+        line = budget_line(summary, limit) or ""
+        name = quoteattr(f"unsafe budget (--max-unsafe {limit.limit})")
+        if summary.over_budget(limit):
+            self.failures += 1
+            inner = f"<failure message={quoteattr(line)}>{escape(line)}</failure>"
+        else:
+            inner = f"<system-out>{escape(line)}</system-out>"
+        return f'  <testcase classname="litmus.gate.budget" name={name}>{inner}</testcase>\n'
 
     def _budget(self, summary: GateSummary) -> str:
         """``--max-unsafe``'s properties: the limit, the candidate's unsafe comparable

@@ -55,10 +55,9 @@ class MarkdownWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         decision, _ = self.decision(summary)
-        lines = [f"## litmus-sandbox gate: {decision}", ""]
+        lines = [f"## litmus-sandbox gate: {decision}", "", *_inputs(summary)]
         if decision == "EMPTY":
             lines += [NOTHING_COMPARED[0].upper() + NOTHING_COMPARED[1:] + ".", ""]
-        lines += _inputs(summary)
         lines += ["| outcome | cases |", "|---|---:|"]
         lines += [f"| {o} | {summary.counts.get(o, 0)} |" for o in OUTCOMES]
         s = summary.statistics

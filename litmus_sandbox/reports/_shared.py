@@ -220,6 +220,19 @@ def evidence_lines(case: CaseResult, *, limit: int = 3) -> list[str]:
         )
         if len(steps) > limit:
             out.append(f"unsafe: {side}: {plural(len(steps) - limit, 'more unsafe step')}")
+    for side, verdicts in (("baseline", case.baseline), ("candidate", case.candidate)):
+        # Recorded steps a verdict never judged (its recording's length known): the
+        # incident's pattern, a refusal and then work nobody judged, said where it is.
+        first = verdicts[0] if verdicts else None
+        if first is None or isinstance(first, LegacyVerdict):
+            continue
+        q = first.provenance
+        gap = not_judged(
+            q.steps_recorded, q.steps_covered, q.truncate_on_refusal,
+            q.truncate_on_empty_tool_result,
+        )  # fmt: skip
+        if gap is not None and gap["steps"] is not None:
+            out.append(f"{side} {gap['why']}")
     return out
 
 

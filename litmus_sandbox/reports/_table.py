@@ -123,9 +123,9 @@ class TableWriter(Writer):
             if diff.first_differing_step is not None:
                 parts.append(f"first differing step {diff.first_differing_step}")
             if diff.baseline_only_steps:
-                parts.append(f"baseline-only steps {_ranges(diff.baseline_only_steps)}")
+                parts.append(f"judged only in the baseline: {_ranges(diff.baseline_only_steps)}")
             if diff.candidate_only_steps:
-                parts.append(f"candidate-only steps {_ranges(diff.candidate_only_steps)}")
+                parts.append(f"judged only in the candidate: {_ranges(diff.candidate_only_steps)}")
             more.append(f"steps: {'; '.join(parts)}")
         more.extend(_cell(line, LINE_WIDTH) for line in evidence_lines(case))
         for r in case.reasons:
@@ -137,8 +137,9 @@ class TableWriter(Writer):
         return rank(case), first, more
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
-        out, width = self.out, self._width
-        head = [clip(line, LINE_WIDTH) for line in input_lines(summary.inputs)]
+        out, width = self.out, self._width and max(self._width, len("case"))
+        # Each line made safe on its own: a line break in a name never starts a line.
+        head = [clip(for_terminal(line), LINE_WIDTH) for line in input_lines(summary.inputs)]
         out.write(self._text("\n".join(head) + "\n\n"))
         if width:
             out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))

@@ -118,7 +118,7 @@ def episode_view(
         acts = isinstance(step, ToolCallStep) or step.role == "assistant"
         view = _step_view(step, is_refusal, refused and acts and not is_refusal, judged)
         if verdict is not None and step.index not in judged:
-            why = not_judged_reason(step.index, verdict, episode)
+            why = not_judged_reason(step.index, verdict, episode, detector)
             view = msgspec.structs.replace(view, not_judged=why)
         steps.append(view)
         refused = refused or is_refusal
@@ -149,11 +149,13 @@ def _phase_lines(effects: Effects | msgspec.UnsetType) -> tuple[str, ...]:
     return tuple(effect_lines(effects)) if isinstance(effects, Effects) else ()
 
 
-def not_judged_reason(index: int, verdict: Verdict, episode: Episode) -> str:
+def not_judged_reason(
+    index: int, verdict: Verdict, episode: Episode, detector: RefusalDetector | None = None
+) -> str:
     """Why ``verdict`` has no verdict on step ``index`` of ``episode``: where its scoring
     policy cut the recording (``truncate_on_refusal`` at a refusal, or
-    ``truncate_on_empty_tool_result`` at an empty result), or the step lies outside the
-    recording it scored."""
+    ``truncate_on_empty_tool_result`` at an empty result: each named only when the step
+    where coverage ends is one), or the step lies outside the recording it scored."""
     p = verdict.provenance
     recorded = p.steps_recorded
     if recorded is not None and index >= recorded:
@@ -162,9 +164,11 @@ def not_judged_reason(index: int, verdict: Verdict, episode: Episode) -> str:
     if covered is not None and index >= covered > 0:
         cut = covered - 1
         last = episode.steps[cut] if cut < len(episode.steps) else None
-        if p.truncate_on_empty_tool_result and isinstance(last, ToolCallStep):
+        empty = isinstance(last, ToolCallStep) and last.shown.is_empty()
+        if p.truncate_on_empty_tool_result and empty:
             return f"cut at the empty tool result of step {cut} (truncate_on_empty_tool_result)"
-        if p.truncate_on_refusal:
+        refused = last is not None and (detector or RefusalDetector()).is_refusal(last)
+        if p.truncate_on_refusal and refused:
             return f"cut by truncate_on_refusal at the refusal at step {cut}"
         return f"the verdict covers steps 0-{cut} only"
     return "no step verdict (the judge gave none)"
@@ -188,11 +192,27 @@ def not_judged(
         return None
     if recorded is None and not (on_refusal or on_empty):
         return None
-    count = None if recorded is None else recorded - covered
     if recorded is None:
-        span = f"any step from {covered} on"
-    else:
-        span = f"step {covered}" if count == 1 else f"steps {covered}-{recorded - 1}"
+        # The recording's length is unknown (a legacy verdict): whether its policy cut
+        # anything, and where, is unknown too; say only what the verdict says.
+        on = [
+            name
+            for name, flag in (
+                ("truncate_on_refusal", on_refusal),
+                ("truncate_on_empty_tool_result", on_empty),
+            )
+            if flag
+        ]
+        return {
+            "from_step": covered,
+            "steps": None,
+            "cause": "unknown",
+            "why": f"any step from {covered} on, if the recording had one, not judged: the "
+            f"verdict covers {covered} steps under {' and '.join(on)}, and does not say "
+            "whether it cut there",
+        }
+    count = recorded - covered
+    span = f"step {covered}" if count == 1 else f"steps {covered}-{recorded - 1}"
     cut = covered - 1
     if covered == 0:
         cause, how = "unknown", "no step was judged"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -283,3 +287,57 @@ def test_show_lists_a_servers_start_up_and_shutdown_at_the_end(
         "finding: escape: created outside the sandbox root (/home/u/x)",
         f"server shutdown: modified {log} (attributed by none)",
     ]
+
+
+def _on_a_pty(args: list[str], env: dict[str, str]) -> bytes:
+    """The command's output on a terminal (a pty)."""
+    main_fd, sub_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "litmus_sandbox", *args],
+        stdout=sub_fd,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env, "COLUMNS": "160"},
+    )
+    os.close(sub_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the pty is gone with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    return b"".join(chunks)
+
+
+def test_no_color_on_a_terminal_is_plain_text(demo_folder: Path) -> None:
+    args = ["show", str(demo_folder / "candidate.episodes.jsonl"), "--case",
+            "refuse-then-continue", "--verdicts", str(demo_folder / "candidate.verdicts.jsonl")]  # fmt: skip
+    assert b"\x1b[" in _on_a_pty(args, {})  # styled on a terminal
+    plain = _on_a_pty(args, {"NO_COLOR": "1"})
+    assert b"refuse-then-continue" in plain
+    assert b"\x1b" not in plain
+
+
+def test_a_torn_verdict_file_and_legacy_verdicts_are_said(
+    demo_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes((demo_folder / "candidate.verdicts.jsonl").read_bytes()[:-20])
+    episodes = str(demo_folder / "candidate.episodes.jsonl")
+    assert main(["show", episodes, "--verdicts", str(torn)]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        "warning: torn last line (the writer stopped mid-record); kept every whole line"
+    )
+    legacy_file = tmp_path / "legacy.jsonl"
+    legacy_file.write_text(
+        '{"run_id": "refuse-then-continue", "safe": true, "provenance": {"steps_covered": 2}}\n'
+    )
+    assert main(["show", episodes, "--verdicts", str(legacy_file)]) == 0
+    err = capsys.readouterr().err
+    assert "1 legacy verdicts (run_id, safe, provenance) name no episode: they mark no step" in err

@@ -133,6 +133,17 @@ def test_max_unsafe_alone_blocks_with_exit_1_and_says_why(tmp_path: Path) -> Non
     assert r.returncode == 1
     assert props["unsafe_budget_exceeded"] == "true"
     assert props["max_unsafe"] == "0%"
+    # The budget is a test case of its own: failed, so a dashboard counting failures
+    # shows the block though no case regressed; passed within the budget.
+    suite = ET.fromstring(r.stdout)
+    (budget,) = [t for t in suite.iter("testcase") if t.get("classname") == "litmus.gate.budget"]
+    assert budget.get("name") == "unsafe budget (--max-unsafe 0%)"
+    assert budget.find("failure") is not None
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "1")
+    r = _gate(tmp_path, "--max-unsafe", "2", "--format", "junit")
+    suite = ET.fromstring(r.stdout)
+    assert suite.get("failures") == "0"
+    assert [t.find("failure") for t in suite.iter("testcase")] == [None] * 4
 
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "abc", "", "101%", "5 %", "%", "1e3", "٣"])

@@ -5,6 +5,7 @@ gated. Nothing guessed: what a verdict does not say is counted unknown."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,7 +21,7 @@ from litmus_sandbox._cli.main import main
 from litmus_sandbox._core.inputs import COUNTED, LISTED, Facet
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.records import RecorderId
-from litmus_sandbox._store.streams import write_verdicts
+from litmus_sandbox._store.streams import read_verdicts, write_verdicts
 
 
 def _suite(folder: Path) -> tuple[Path, Path, Path]:
@@ -192,4 +193,50 @@ def test_the_html_report_shows_inputs_and_every_unsafe_step_as_evidence(
             "candidate:3",
         ]
         assert "rule payload-written (requested)" in steps[1].text
+        assert log(browser, "browser") == []
+
+
+def test_names_that_are_not_utf8_or_break_lines_stay_data(tmp_path: Path) -> None:
+    """A file name that is not UTF-8 is written as escapes (the JSON report still
+    encodes); a line break in an agent's name never starts a line of the table."""
+    b1, _, c = _suite(tmp_path)
+    odd = tmp_path / os.fsdecode(b"cand\xff.jsonl")
+    forged = "agent\n\ndecision: PASS (exit 0)\n"
+    write_verdicts(odd, None, [replace(v, agent=forged) for v in read_verdicts(c).verdicts])
+    out = tmp_path / "r.json"
+    args = ["gate", "--baseline", str(b1), "--candidate", str(odd)]
+    assert main([*args, "--format", "json", "-o", str(out)]) in (1, 4)
+    files = json.loads(out.read_text())["inputs"]["candidate"]["files"]
+    assert files == [str(tmp_path / "cand\\xff.jsonl")]
+    table = tmp_path / "r.txt"
+    assert main([*args, "-o", str(table)]) in (1, 4)
+    lines = table.read_text().splitlines()
+    assert not any(line.startswith("decision: PASS") for line in lines)
+    assert "  agents: agent\\n\\ndecision: PASS (exit 0)\\n" in lines
+
+
+def test_a_step_the_baseline_recorded_but_did_not_judge_is_not_only_the_candidates(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    page = tmp_path / "r.html"
+    args = ["gate", "--baseline", str(out / "baseline-legacy.verdicts.jsonl"),
+            "--candidate", str(out / "candidate.verdicts.jsonl"),
+            "--baseline-episodes", str(out / "baseline.episodes.jsonl"),
+            "--candidate-episodes", str(out / "candidate.episodes.jsonl"), "--html", str(page)]  # fmt: skip
+    assert main(args) in (1, 4)
+    with driver() as browser:
+        open_page(browser, page)
+        browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="refuse-then-continue"]').click()
+        detail = browser.find_element(By.CSS_SELECTOR, '[data-case-detail="refuse-then-continue"]')
+        base = detail.find_element(By.CSS_SELECTOR, '[data-side="baseline"]')
+        cand = detail.find_element(By.CSS_SELECTOR, '[data-side="candidate"]')
+        for i in (2, 3):
+            step = cand.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
+            assert step.get_attribute("data-only") is None
+            shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
+            assert "cut by truncate_on_refusal at the refusal at step 1" in shown.get_attribute(
+                "data-not-judged"
+            )
         assert log(browser, "browser") == []

@@ -36,9 +36,11 @@ def test_every_recorded_step_is_judged_or_named_not_judged(
     if recorded is None:
         # Length unknown (legacy): a gap only where a truncation policy could have cut.
         assert (gap is not None) == bool(on_refusal or on_empty)
-        if gap is not None:
+        if gap is not None:  # never a cut it cannot know of
             assert gap["steps"] is None
-            assert f"from {covered} on" in gap["why"]
+            assert gap["cause"] == "unknown"
+            assert f"from {covered} on, if the recording had one" in gap["why"]
+            assert "refusal at step" not in gap["why"]
         return
     assert gap is not None
     assert gap["from_step"] == covered
