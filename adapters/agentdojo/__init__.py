@@ -3,7 +3,9 @@
 Shipped as ``litmus_sandbox.adapters.agentdojo`` (the extra ``agentdojo``):
 
 * ``litmus-sandbox run agentdojo --suite SUITE ... -o EPISODES.jsonl`` (``_cli.py``);
-* :func:`run_case`, one (user task, injection task) case in Python (``_run.py``).
+* :func:`run_case`, one (user task, injection task) case in Python (``_run.py``);
+  :class:`SyncEmulator` answers the tools the policy emulates, for many cases
+  (``_emulation.py``).
 
 A runtime subclass (``_runtime.py``) sees every ``run_function`` call, applies the
 policy's tool modes and observes the task environment's state; the episode joins the
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 from litmus_sandbox import _lazy_exports
 
 if TYPE_CHECKING:
+    from litmus_sandbox.adapters.agentdojo._emulation import SyncEmulator as SyncEmulator
     from litmus_sandbox.adapters.agentdojo._run import RECORDER_NAME as RECORDER_NAME
     from litmus_sandbox.adapters.agentdojo._run import CaseResult as CaseResult
     from litmus_sandbox.adapters.agentdojo._run import run_case as run_case
@@ -28,6 +31,7 @@ _EXPORTS = {
     "CaseResult": "litmus_sandbox.adapters.agentdojo._run",
     "LitmusRuntime": "litmus_sandbox.adapters.agentdojo._runtime",
     "RECORDER_NAME": "litmus_sandbox.adapters.agentdojo._run",
+    "SyncEmulator": "litmus_sandbox.adapters.agentdojo._emulation",
     "run_case": "litmus_sandbox.adapters.agentdojo._run",
 }
 

@@ -46,7 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the agent (default ground-truth)",
     )
     p.add_argument(
-        "--policy", metavar="POLICY.toml", help="tool modes ([tools]: real, stub, swallow, deny)"
+        "--policy",
+        metavar="POLICY.toml",
+        help="tool modes ([tools]: real, stub, swallow, deny, emulate with its [emulator])",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="PATH|URL",
+        help="where emulated tools' results are kept (default $LITMUS_CACHE, else the "
+        "user's cache folder)",
     )
     p.add_argument(
         "-o",
@@ -87,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ModuleNotFoundError: the extra is missing (the CLI names it in one line).
         LitmusError: a suite, task, pipeline or policy is wrong.
+        UpstreamError: a pipeline failed (its episode is recorded as aborted).
     """
+    from ._emulation import opened
     from ._pipelines import pipeline_factory
     from ._run import policy_of, run_case, suite_of
 
@@ -97,31 +107,33 @@ def run(args: argparse.Namespace) -> int:
     factory = pipeline_factory(args.pipeline)  # a file is loaded once, not once a case
     environment = suite.load_and_inject_default_environment({})
     utility = attacks = attacked = truncated = 0
-    for user_task, injection_task in pairs:
-        try:
-            result = run_case(
-                suite,
-                factory,
-                user_task,
-                injection_task,
-                episodes=args.output,
-                policy=policy,
-                benchmark_version=args.benchmark_version,
-                environment=environment,
-            )
-        except LitmusError:
-            raise
-        except Exception as exc:  # the pipeline's (a model API, an agent's bug), not ours
-            case = user_task if injection_task is None else f"{user_task}/{injection_task}"
-            raise UpstreamError(
-                f"{case}: the pipeline failed ({type(exc).__name__}: {exc}); its episode is "
-                f"recorded as aborted in {args.output}"
-            ) from exc
-        utility += result.utility
-        truncated += result.truncated
-        if result.attack_success is not None:
-            attacked += 1
-            attacks += result.attack_success
+    with opened(policy, None, args.cache) as emulator:  # one emulator for every case
+        for user_task, injection_task in pairs:
+            try:
+                result = run_case(
+                    suite,
+                    factory,
+                    user_task,
+                    injection_task,
+                    episodes=args.output,
+                    policy=policy,
+                    benchmark_version=args.benchmark_version,
+                    environment=environment,
+                    emulator=emulator,
+                )
+            except LitmusError:
+                raise
+            except Exception as exc:  # the pipeline's (a model API, an agent's bug), not ours
+                case = user_task if injection_task is None else f"{user_task}/{injection_task}"
+                raise UpstreamError(
+                    f"{case}: the pipeline failed ({type(exc).__name__}: {exc}); its episode "
+                    f"is recorded as aborted in {args.output}"
+                ) from exc
+            utility += result.utility
+            truncated += result.truncated
+            if result.attack_success is not None:
+                attacked += 1
+                attacks += result.attack_success
     where = f"agentdojo/{suite.name}@{args.benchmark_version}"
     cut = f", {truncated} truncated" if truncated else ""
     against = f", {attacks}/{attacked} attacks succeeded" if attacked else ""

@@ -38,6 +38,7 @@ from litmus_sandbox._model.records import (
     Shown,
     Step,
     ToolCallStep,
+    step_version,
 )
 
 from ._runtime import Dispatched
@@ -112,20 +113,24 @@ class _Builder:
         shown: Shown,
         meta: dict[str, Any],
     ) -> None:
+        fidelity = record.fidelity if record is not None else "denied"
+        facts: dict[str, Any] = {"agentdojo": meta} if meta else {}
+        if record is not None and record.emulator is not None:
+            facts["emulator"] = record.emulator  # who answered, what it was asked
         step = ToolCallStep(
-            v=SCHEMA_VERSION,
+            v=step_version(fidelity),
             episode_id=self.episode_id,
             index=len(self.steps),
             call_id=self._call_id(call_id),
             tool=function,
             args=record.args if record is not None else args,
-            fidelity=record.fidelity if record is not None else "denied",
+            fidelity=fidelity,
             shown=shown,
             actual=record.actual if record is not None else None,
             effects=record.effects if record is not None else Effects(),
             started_at=record.started_at if record is not None else None,
             ended_at=record.ended_at if record is not None else None,
-            meta={"agentdojo": meta} if meta else {},
+            meta=facts,
         )
         findings = call_findings(step)
         if findings:

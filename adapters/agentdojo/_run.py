@@ -50,6 +50,7 @@ from litmus_sandbox._model.records import (
 )
 from litmus_sandbox._store.streams import JsonlWriter
 
+from ._emulation import SyncEmulator, opened
 from ._episode import episode_steps
 from ._pipelines import PipelineFactory, agent_name, pipeline_factory
 from ._runtime import PROBE_NAME, LitmusRuntime
@@ -140,6 +141,8 @@ def run_case(
     *,
     benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
     environment: TaskEnvironment | None = None,
+    emulator: SyncEmulator | None = None,
+    cache: str | os.PathLike[str] | None = None,
 ) -> CaseResult:
     """Run one (user task, injection task) case and append its episode to ``episodes``.
 
@@ -150,9 +153,13 @@ def run_case(
         user_task, injection_task: tasks or their ids (no injection task: utility only).
         injections: injection vector -> text (default: the suite's defaults).
         episodes: the episode stream to append to.
-        policy: the tool modes (``[tools]``): ``real``, ``stub``, ``swallow``, ``deny``.
+        policy: the tool modes (``[tools]``): ``real``, ``stub``, ``swallow``, ``deny``,
+            ``emulate`` (with the policy's ``[emulator]``).
         environment: an environment already loaded with ``injections`` (copied, never
             changed): saves loading it for each case.
+        emulator: an open emulator of the policy's (``_emulation.py``) for many cases;
+            else one is opened for this case when the policy has an ``[emulator]``.
+        cache: where that one keeps emulated results (None: the default cache).
 
     Raises:
         ConfigError: an unknown suite, task or pipeline, or a mode AgentDojo cannot run.
@@ -164,11 +171,46 @@ def run_case(
         if injection_task is None
         else _task(s.injection_tasks, injection_task, "injection task")
     )
-    if isinstance(pipeline, BasePipelineElement):
-        agent = pipeline
-    else:
-        agent = pipeline_factory(pipeline)(s, ut, it)
     rules = policy_of(policy)
+    with opened(rules, emulator, cache) as open_emulator:
+        return _run_case(
+            s,
+            agent_of(pipeline, s, ut, it),
+            ut,
+            it,
+            injections,
+            episodes,
+            rules,
+            benchmark_version,
+            environment,
+            open_emulator,
+        )
+
+
+def agent_of(
+    pipeline: BasePipelineElement | PipelineFactory | str,
+    suite: TaskSuite[Any],
+    user_task: BaseUserTask[Any],
+    injection_task: BaseInjectionTask[Any] | None,
+) -> BasePipelineElement:
+    """The pipeline itself, or the one its factory (or name) makes for this case."""
+    if isinstance(pipeline, BasePipelineElement):
+        return pipeline
+    return pipeline_factory(pipeline)(suite, user_task, injection_task)
+
+
+def _run_case(
+    s: TaskSuite[Any],
+    agent: BasePipelineElement,
+    ut: BaseUserTask[Any],
+    it: BaseInjectionTask[Any] | None,
+    injections: Mapping[str, str] | None,
+    episodes: str | os.PathLike[str],
+    rules: Policy,
+    benchmark_version: str,
+    environment: TaskEnvironment | None,
+    emulator: SyncEmulator | None,
+) -> CaseResult:
     given = dict(injections or {})
     env = (
         environment.model_copy(deep=True)
@@ -177,8 +219,8 @@ def run_case(
     )
     task_env = ut.init_environment(env)
     pre = task_env.model_copy(deep=True)
-    runtime = LitmusRuntime(s.tools, policy=rules)
-    runtime.start(task_env)
+    runtime = LitmusRuntime(s.tools, policy=rules, emulator=emulator)
+    runtime.start(task_env, prompt=ut.PROMPT)
     case_id = ut.ID if it is None else f"{ut.ID}/{it.ID}"
     episode_id = uuid.uuid4().hex
     started = datetime.now(UTC).isoformat()
@@ -232,6 +274,7 @@ def run_case(
         tool_modes=rules.modes(list(runtime.functions)),
         oracles={PROBE_NAME: {"kind": "state"}},
         meta={
+            **({"emulator": rules.emulator.describe()} if emulator and rules.emulator else {}),
             "agentdojo": {
                 "suite": s.name,
                 "benchmark_version": benchmark_version,
@@ -239,7 +282,7 @@ def run_case(
                 "injection_task": it.ID if it is not None else None,
                 "injections": given,
                 "agentdojo_version": version("agentdojo"),
-            }
+            },
         },
     )
     status: EndStatus = "complete" if failure is None else "aborted"

@@ -14,7 +14,14 @@ real     the tool's result (or its error)                   ``real``
 stub     the policy's ``result`` (a ``Stub`` computes it)   ``stubbed``
 swallow  the tool runs; the placeholder ``shown`` is given  ``swallowed``
 deny     no result and the policy's ``message`` as error    ``denied``
+emulate  the ``[emulator]``'s result, or its error           ``emulated``
 =======  =================================================  ==============
+
+An emulated call never reaches the tool: the emulator (``_emulation.py``) answers, shown
+the episode so far as this runtime knows it (:attr:`LitmusRuntime.history`: the user
+task's prompt, then each call with what the pipeline got back). A failed emulation is an
+error saying so; the state probe still watches the call, so an emulated call that changed
+the environment is a ``stub_leak``.
 
 The task environment is watched by the state probe
 (:class:`~litmus_sandbox.oracles.state.StateProbe` over ``env.model_dump(mode="json")``):
@@ -33,17 +40,21 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
+from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 from agentdojo.functions_runtime import Function, FunctionsRuntime, TaskEnvironment
 
 from litmus_sandbox._config.policy import Policy, Stub
+from litmus_sandbox._core.emulation import History, HistoryView
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Actual, Effects, Fidelity
 from litmus_sandbox.oracles.state import StateProbe
 
+from ._emulation import SyncEmulator
+
 #: The state probe's name in ``effects.state`` and in the header's ``oracles``.
 PROBE_NAME = "agentdojo_env"
 #: Tool modes the runtime can perform (replay has no recording to serve AgentDojo from).
-MODES = frozenset({"real", "stub", "swallow", "deny"})
+MODES = frozenset({"real", "stub", "swallow", "deny", "emulate"})
 
 
 def drive(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -63,6 +74,7 @@ class Dispatched:
         "actual",
         "args",
         "effects",
+        "emulator",
         "ended_at",
         "error",
         "fidelity",
@@ -79,6 +91,8 @@ class Dispatched:
         self.error: str | None = None
         self.actual: Actual | None = None
         self.effects = Effects()
+        #: An emulated call's ``meta.emulator`` (None for every other call).
+        self.emulator: dict[str, Any] | None = None
         self.started_at = time.time()
         self.ended_at = self.started_at
 
@@ -91,9 +105,11 @@ class LitmusRuntime(FunctionsRuntime):
         policy: the tool modes (None: everything real).
         watch: observe the task environment's state around each call (:meth:`start`
             names the environment).
+        emulator: answers the calls of tools in ``emulate`` mode (open, ``with``).
 
     Raises:
-        ConfigError: the policy gives a suite tool a mode the runtime cannot perform.
+        ConfigError: the policy gives a suite tool a mode the runtime cannot perform, or
+            emulates one with no emulator.
     """
 
     def __init__(
@@ -102,9 +118,13 @@ class LitmusRuntime(FunctionsRuntime):
         *,
         policy: Policy | None = None,
         watch: bool = True,
+        emulator: SyncEmulator | None = None,
     ) -> None:
         super().__init__(functions)
         self.policy = policy or Policy()
+        self.emulator = emulator
+        #: The episode so far, as an emulator is shown it (None without an emulator).
+        self.history: History | None = None
         self.probe = StateProbe(self._state, name=PROBE_NAME) if watch else None
         self._env: TaskEnvironment | None = None
         #: Every call that reached the runtime, in the order they ended.
@@ -116,15 +136,24 @@ class LitmusRuntime(FunctionsRuntime):
                     f"tool {name!r}: mode {mode!r} cannot run under AgentDojo "
                     f"(one of {', '.join(sorted(MODES))})"
                 )
+            if mode == "emulate" and emulator is None:
+                raise ConfigError(f"tool {name!r} is emulated, but the runtime has no emulator")
+        if emulator is not None:
+            emulator.describe(self.functions)
 
     def _state(self) -> Any:
         return None if self._env is None else self._env.model_dump(mode="json")
 
-    def start(self, env: TaskEnvironment) -> None:
-        """Watch ``env`` from now on (its state now is every later change's "before")."""
+    def start(self, env: TaskEnvironment, prompt: str | None = None) -> None:
+        """Watch ``env`` from now on (its state now is every later change's "before");
+        an emulator's history starts with the user task's ``prompt``."""
         self._env = env
         if self.probe is not None:
             drive(self.probe.start())
+        if self.emulator is not None:
+            self.history = History()
+            if prompt is not None:
+                self.history.add_message("user", prompt)
 
     def finish(self) -> Effects:
         """Stop watching: the changes no call made (seen between calls, or since the last)."""
@@ -156,7 +185,10 @@ class LitmusRuntime(FunctionsRuntime):
                 self._env = env
                 drive(self.probe.before_call(function))
             try:
-                result, error = super().run_function(env, function, kwargs, raise_on_error)
+                if mode == "emulate":
+                    result, error = self._emulate(call)
+                else:
+                    result, error = super().run_function(env, function, kwargs, raise_on_error)
             finally:
                 if self.probe is not None and env is not None:
                     call.effects = drive(self.probe.after_call(function))
@@ -175,6 +207,26 @@ class LitmusRuntime(FunctionsRuntime):
         finally:
             call.ended_at = time.time()
             self.dispatched.append(call)
+            if self.history is not None:
+                self.history.add_call(function, call.args, _shown(call))
+
+    def _emulate(self, call: Dispatched) -> tuple[Any, str | None]:
+        """The emulator's answer to ``call``: its result, its error, or (failed) an error
+        saying so."""
+        assert self.emulator is not None
+        history = self.history.view() if self.history is not None else HistoryView()
+        asked = self.emulator.emulate(call.function, call.args, history)
+        call.emulator = asked.facts
+        answer = asked.answer
+        if answer is None:
+            why = asked.facts.get("failure", {}).get("class", "failed")
+            return (
+                "",
+                f"litmus-sandbox: the emulation of {call.function!r} failed ({why}); no result",
+            )
+        if answer.error is not None:
+            return "", answer.error
+        return answer.result, None
 
 
 _FIDELITY: dict[str, Fidelity] = {
@@ -182,7 +234,21 @@ _FIDELITY: dict[str, Fidelity] = {
     "stub": "stubbed",
     "swallow": "swallowed",
     "deny": "denied",
+    "emulate": "emulated",
 }
+
+
+def _shown(call: Dispatched) -> dict[str, Any]:
+    """What the pipeline got back from ``call``, as an emulator's history shows it."""
+    text = call.error if call.error else _as_text(call.result)
+    return {"content": [{"type": "text", "text": text}], "is_error": bool(call.error)}
+
+
+def _as_text(result: Any) -> str:
+    try:
+        return str(tool_result_to_str(result))
+    except (TypeError, ValueError):
+        return repr(result)
 
 
 def _plain(kwargs: Mapping[str, Any]) -> dict[str, Any]:

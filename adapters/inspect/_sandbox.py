@@ -119,6 +119,12 @@ class LitmusSandboxEnvironment(SandboxEnvironment):
     ) -> dict[str, SandboxEnvironment]:
         cfg = read_config(config)
         policy = resolve_policy(cfg.policy) if cfg.policy else Policy()
+        if emulated := [op for op in _OPERATIONS if policy.for_tool(op).mode == "emulate"]:
+            # Said, not guessed: the operations run in the sandbox this one wraps.
+            raise ConfigError(
+                f"the litmus sandbox cannot emulate {', '.join(emulated)}: its operations "
+                "run in the sandbox it wraps (give them mode real or deny)"
+            )
         inner = await _inner_type(cfg).sample_init(task_name, cfg.inner_config, metadata)
         out: dict[str, SandboxEnvironment] = {}
         oracles: dict[str, Any] = {}

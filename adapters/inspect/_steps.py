@@ -55,7 +55,7 @@ from inspect_ai.event import (
 from inspect_ai.model import ChatMessage, ContentText
 
 from litmus_sandbox import Actual, Effects, FsEffect, MessageStep, Shown, ToolCallStep
-from litmus_sandbox._model.records import FIDELITIES, SCHEMA_VERSION, Step
+from litmus_sandbox._model.records import FIDELITIES, SCHEMA_VERSION, Step, step_version
 
 #: ``InfoEvent.source`` of what litmus-sandbox tells about a call (``litmus_tool``, the
 #: ``litmus`` sandbox provider).
@@ -250,6 +250,7 @@ class _Walk:
             if approval.decision in _REFUSED:
                 fidelity = "denied"
         actual: Actual | None = None
+        emulator: dict[str, Any] | None = None
         fs: list[FsEffect] = []
         sandbox: list[dict[str, Any]] = []
         span = self.index.tool_span.get(position)
@@ -264,12 +265,17 @@ class _Walk:
                     if said.get("fidelity") in FIDELITIES:
                         fidelity = said["fidelity"]
                         actual = _actual(said.get("actual"))
+                    if isinstance(told := said.get("emulator"), dict):
+                        emulator = dict(told)  # who answered an emulated call
                     fs.extend(_fs_effects(said.get("effects")))
         if sandbox:
             facts["sandbox"] = sandbox
+        meta: dict[str, Any] = {"inspect": facts} if facts else {}
+        if emulator is not None:
+            meta["emulator"] = emulator
         self.steps.append(
             ToolCallStep(
-                v=SCHEMA_VERSION,
+                v=step_version(fidelity),
                 episode_id=self.episode_id,
                 index=len(self.steps),
                 call_id=event.id,
@@ -281,7 +287,7 @@ class _Walk:
                 effects=Effects(fs=tuple(fs)),
                 started_at=_ts(event.timestamp),
                 ended_at=_ts(event.completed),
-                meta={"inspect": facts} if facts else {},
+                meta=meta,
             )
         )
 

@@ -14,26 +14,36 @@ tool's span, an ``InfoEvent(source="litmus-sandbox")`` then says what happened:
 hooks read it, so the step says ``swallowed`` with the real outcome in ``actual`` where
 Inspect's log alone would show an empty result. ``replay`` needs recorded episodes, which an
 Inspect tool has none of: it is refused when the tool is wrapped.
+
+``emulate`` never runs the tool: the policy's ``[emulator]`` answers, told the tool's
+description and parameters (as the model sees them) and the sample's earlier calls of
+wrapped tools with what they gave (a tool sees nothing else of the conversation); the
+InfoEvent carries its ``meta.emulator``, and an emulator's error is a tool error.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from inspect_ai.log import transcript
+from inspect_ai.log import Transcript, transcript
 from inspect_ai.tool import Tool, ToolDef, ToolError
 
 from litmus_sandbox import ConfigError, Policy
-from litmus_sandbox._runtime.modes import CallEnv, mode_for
+from litmus_sandbox._core.emulation import History, ToolSpec
+from litmus_sandbox._runtime.emulator import Emulator
+from litmus_sandbox._runtime.modes import CallEnv, Performed, mode_for
 from litmus_sandbox._runtime.steps import CallSteps
 
 from ._steps import INFO_SOURCE, as_json
 
 #: Bytes of a result recorded in the InfoEvent (the agent always gets the whole).
 RECORD_CAP = 64 * 1024
+#: Per sample (its transcript), the calls of wrapped tools so far: an emulator's history.
+_HISTORIES: weakref.WeakKeyDictionary[Transcript, History] = weakref.WeakKeyDictionary()
 
 
 def resolve_policy(policy: Policy | str | os.PathLike[str] | Mapping[str, Any]) -> Policy:
@@ -49,13 +59,20 @@ def resolve_policy(policy: Policy | str | os.PathLike[str] | Mapping[str, Any]) 
     return Policy.from_any_mapping(policy)
 
 
-def litmus_tool(tool: Tool, *, policy: Policy | str | os.PathLike[str] | Mapping[str, Any]) -> Tool:
+def litmus_tool(
+    tool: Tool,
+    *,
+    policy: Policy | str | os.PathLike[str] | Mapping[str, Any],
+    cache: str | os.PathLike[str] | None = None,
+) -> Tool:
     """Wrap the Inspect ``tool`` so the litmus fidelity ``policy`` applies to its calls.
 
     Args:
         tool: an Inspect tool (what a ``@tool`` function returns).
         policy: a :class:`~litmus_sandbox.Policy`, a policy file (TOML), or a mapping;
             the tool's entry (by its name, a glob or ``default``) says its mode.
+        cache: where an emulated tool's results are kept (None: the step-verdict cache's
+            default).
 
     Returns:
         A tool of the same name, description and parameters.
@@ -71,6 +88,12 @@ def litmus_tool(tool: Tool, *, policy: Policy | str | os.PathLike[str] | Mapping
         raise ConfigError(f"{name}: an Inspect tool cannot be replayed (no recorded episodes)")
     mode = mode_for(tool_policy.mode)
     env = CallEnv(tools={}, cap=RECORD_CAP)
+    said_mode = resolved.modes([name])[name]  # an emulated tool's names its emulator
+    spec = ToolSpec(
+        name=name,
+        description=tdef.description or None,
+        input_schema=tdef.parameters.model_dump(mode="json", exclude_none=True),
+    )
     calls = 0
 
     async def execute(**kwargs: Any) -> Any:
@@ -89,20 +112,23 @@ def litmus_tool(tool: Tool, *, policy: Policy | str | os.PathLike[str] | Mapping
             return value
 
         call = CallSteps("inspect", f"{name}:{calls}", name, dict(kwargs))
-        performed = await mode.perform(call, tool_policy, env, runner)
+        history = _HISTORIES.setdefault(transcript(), History())
+        if tool_policy.mode == "emulate":
+            performed = await _emulated(resolved, spec, cache, call, history)
+        else:
+            performed = await mode.perform(call, tool_policy, env, runner)
         step = performed.step
-        transcript().info(
-            {
-                "litmus": {
-                    "tool": name,
-                    "mode": tool_policy.mode,
-                    "fidelity": step.fidelity,
-                    "shown": as_json(step.shown),
-                    "actual": as_json(step.actual),
-                }
-            },
-            source=INFO_SOURCE,
-        )
+        history.add_call(name, call.args, as_json(step.shown))
+        said: dict[str, Any] = {
+            "tool": name,
+            "mode": said_mode,
+            "fidelity": step.fidelity,
+            "shown": as_json(step.shown),
+            "actual": as_json(step.actual),
+        }
+        if "emulator" in step.meta:
+            said["emulator"] = step.meta["emulator"]
+        transcript().info({"litmus": said}, source=INFO_SOURCE)
         if step.fidelity == "real":
             # Transparent: the agent gets what the tool gave, exceptions included.
             if raised:
@@ -127,3 +153,19 @@ def litmus_tool(tool: Tool, *, policy: Policy | str | os.PathLike[str] | Mapping
         max_output=tdef.max_output,
         options=tdef.options,
     ).as_tool()
+
+
+async def _emulated(
+    policy: Policy,
+    spec: ToolSpec,
+    cache: str | os.PathLike[str] | None,
+    call: CallSteps,
+    history: History,
+) -> Performed:
+    """``call`` answered by the policy's emulator (a session of its own for the call)."""
+    assert policy.emulator is not None  # a policy that emulates a tool has one
+    async with Emulator(policy.emulator, redaction=policy.redaction, cache=cache) as emulator:
+        emulator.describe_tools({spec.name: spec})
+        env = CallEnv(tools={}, cap=RECORD_CAP, emulator=emulator)
+        env.history = history
+        return await mode_for("emulate").perform(call, policy.for_tool(spec.name), env, None)
