@@ -101,8 +101,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="with --engine ray: the cluster (HOST:PORT of its head, ray://HOST:10001, "
-        "auto); default $RAY_ADDRESS, else the cluster running on this machine",
+        help="with --engine ray: the cluster (HOST:PORT of its head, or auto); default "
+        "$RAY_ADDRESS, else the cluster running on this machine",
     )
     p.add_argument(
         "--steps-per-task",

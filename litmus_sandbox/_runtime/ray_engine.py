@@ -212,7 +212,7 @@ class RayEngine:
     Args:
         cache: the step-verdict cache every worker opens (a Redis URL; a SQLite path
             only when every node runs on this machine).
-        address: the cluster (``HOST:PORT`` of its head, ``ray://HOST:10001``, ``auto``);
+        address: the cluster (``HOST:PORT`` of its head, or ``auto``: what ``ray.init`` takes);
             None: ``$RAY_ADDRESS``, else a cluster started on this machine, else a new
             local one.
         steps_per_task: recorded steps per shard (each a Ray task).
@@ -351,7 +351,7 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     if not port.isdigit():
-        raise ConfigError(f"--ray-address {address}: write HOST:PORT, ray://HOST:PORT or auto")
+        raise ConfigError(f"--ray-address {address}: write HOST:PORT or auto")
     try:
         socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout).close()
     except OSError as exc:

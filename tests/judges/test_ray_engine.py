@@ -328,6 +328,7 @@ def test_ray_without_a_cache_the_workers_share_is_refused(
     for flags, says in (
         ([*ray, "--no-cache"], "--engine ray needs a cache every worker reaches"),
         ([*ray, "--cache", ":memory:"], "an in-memory cache is no cache the workers share"),
+        ([*ray, "--steps-per-task", "0"], "--steps-per-task must be 1 or more"),
         (["--ray-address", cluster.address], "need --engine ray"),
         ([*ray[:2], "--ray-address", "127.0.0.2:1"], "cannot reach the Ray cluster"),
     ):
