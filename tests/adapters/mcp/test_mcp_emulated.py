@@ -170,3 +170,41 @@ def test_a_tools_list_with_a_policy_that_needs_a_server_is_refused(
     (tmp_path / "bad.json").write_text('{"tool": []}')
     assert main([*args, "--tools-list", str(tmp_path / "bad.json")]) == 2
     assert 'without a "tools" list' in capsys.readouterr().err
+
+
+async def test_the_http_proxy_emulates_a_tool_before_the_client_listed_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over streamable HTTP, in front of server-everything: the proxy lists the tools for
+    itself before the first emulated call, so the emulator is told the tool's entry."""
+    import anyio
+    from litmus_sandbox.adapters.mcp import HttpProxy
+    from test_mcp_helpers import everything_over_http
+
+    from litmus_sandbox import Policy
+
+    monkeypatch.setenv("EMULATOR_KEY", KEY)
+    echo = Script(echo=lambda args, r: {"result": f"emulated echo: {args['message']}"})
+    with running_emulator(echo) as endpoint:
+        rules = Policy.from_file(policy(tmp_path, endpoint, '"echo" = "emulate"'))
+        async with everything_over_http() as upstream:
+            proxy = HttpProxy(
+                upstream,
+                episodes=tmp_path / "eps.jsonl",
+                root=tmp_path,
+                policy=rules,
+                timeout=20,
+                cache=tmp_path / "cache.sqlite",
+            )
+            async with anyio.create_task_group() as tg:
+                port = await tg.start(proxy.serve, "127.0.0.1", 0)
+                async with Client(f"http://127.0.0.1:{port}/mcp", cache=None) as client:
+                    got = dump(await client.call_tool("echo", {"message": "hi"}))
+                    listed = {t["name"]: t for t in dump(await client.list_tools())["tools"]}
+                proxy.stop()
+    assert got["content"] == [{"type": "text", "text": "emulated echo: hi"}]
+    (request,) = endpoint.requests
+    assert listed["echo"]["description"] in request.prompt
+    (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
+    assert (step.fidelity, step.meta["mcp"]["forwarded"]) == ("emulated", False)
+    assert step.meta["emulator"]["asked"]["spec"]["input_schema"] == listed["echo"]["input_schema"]
