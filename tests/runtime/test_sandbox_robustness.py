@@ -214,10 +214,15 @@ async def test_bad_paths_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sandbox root"):
         async with Sandbox(root=tmp_path / "afile", episodes=tmp_path / "e.jsonl", probes=()):
             pass
-    (tmp_path / "adir").mkdir()
-    with pytest.raises(ConfigError, match="is a directory"):
-        async with Sandbox(root=tmp_path / "root", episodes=tmp_path / "adir", probes=()):
+    with pytest.raises(ConfigError, match=r"afile/e\.jsonl': "):  # under a file: unwritable
+        async with Sandbox(root=tmp_path / "root", episodes=tmp_path / "afile" / "e.jsonl"):
             pass
+    # A folder is not a bad path: each sandbox writes a shard of its own in it (shards.py).
+    (tmp_path / "adir").mkdir()
+    sb = Sandbox(root=tmp_path / "root", episodes=tmp_path / "adir", probes=())
+    async with sb, sb.episode("c1"):
+        pass
+    assert Path(sb.shard).parent == tmp_path / "adir"
 
 
 async def test_a_sync_tool_abandoned_at_its_timeout_is_not_blamed_on_the_next_call(
