@@ -31,7 +31,7 @@ are shielded from cancellation, so nothing taken is lost half-way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import anyio
 
@@ -39,8 +39,18 @@ from litmus_sandbox._core.findings import merge, unattributed_findings
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import Effects, Finding
 
-if TYPE_CHECKING:
-    from litmus_sandbox._runtime.observers import Observers
+
+class _Watch(Protocol):
+    """What the phases need of the sandbox's observers (``_runtime/observers.py``)."""
+
+    phases: ServerPhases | None
+
+    async def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+    async def unexplained(self) -> Effects: ...
+
 
 _NOTHING = Effects()
 
@@ -67,7 +77,7 @@ class ServerPhases:
     Made by ``Sandbox.server_phases()``; see the module's theory of operation.
     """
 
-    def __init__(self, observers: Observers) -> None:
+    def __init__(self, observers: _Watch) -> None:
         self._observers = observers
         #: What the probes saw before the session began (None: it has not begun yet).
         self.startup: Effects | None = None

@@ -40,6 +40,7 @@ import msgspec
 from litmus_sandbox._core.emulation import EmulationAnswer, EmulationKey
 from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import CacheError, ConfigError
+from litmus_sandbox._store.cache_urls import local_files
 from litmus_sandbox._store.claims import (
     CacheKey,
     Claim,
@@ -49,7 +50,6 @@ from litmus_sandbox._store.claims import (
     new_owner,
 )
 from litmus_sandbox._store.emulation_cache import EMULATION_TABLE, decode_answer, encode_answer
-from litmus_sandbox._store.step_cache import local_files
 
 __all__ = ["CacheKey", "VerdictCache"]
 

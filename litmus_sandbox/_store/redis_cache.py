@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from litmus_sandbox._core.emulation import EmulationAnswer, EmulationKey
 from litmus_sandbox._core.scoring import StepJudgment
 from litmus_sandbox._model.errors import CacheError, ConfigError
+from litmus_sandbox._store.cache_urls import display_url
 from litmus_sandbox._store.claims import (
     CacheKey,
     Claim,
@@ -53,7 +54,6 @@ from litmus_sandbox._store.claims import (
     new_owner,
 )
 from litmus_sandbox._store.emulation_cache import decode_entry, encode_entry, redis_key
-from litmus_sandbox._store.step_cache import display_url
 
 __all__ = ["FORMAT", "RedisVerdictCache"]
 
