@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Literal
 
 from litmus_sandbox._model.errors import LitmusError, RecordDecodeError
@@ -53,6 +54,9 @@ STREAM_ARGUMENTS: dict[str, Kind] = {
 }
 
 ALLOW_EMPTY_INPUT = "--allow-empty-input"
+#: The shards the command's sets named, with a size known from their listing (so that
+#: :func:`require_records` need not open each of a prefix's objects once more).
+_FROM_SETS: ContextVar[frozenset[str]] = ContextVar("litmus_from_sets", default=frozenset())
 _WHY = {"empty": "empty file", "blank": "only blank lines"}
 
 
@@ -88,9 +92,13 @@ def require_records(
     """
     if allow:
         return
+    listed = _FROM_SETS.get()
     for path in paths:
         if path is None or not (is_remote(path) or os.path.exists(local_path(path) or path)):
             continue  # its reader says it is missing (an object: opening it says so)
+        if path in listed:
+            continue  # a set's shard, listed with its size: an empty one was left out
+
         state = holds_no_record(path)
         if state is None:
             continue
@@ -148,22 +156,26 @@ def expand_inputs(args: argparse.Namespace) -> None:
         ModuleNotFoundError: a URL without its storage library (the extra ``cloud``).
     """
     allow = bool(getattr(args, "allow_empty_input", False))
+    listed: set[str] = set()
+    _FROM_SETS.set(frozenset())
     for attr, kind in STREAM_ARGUMENTS.items():
         given = getattr(args, attr, None)
         if not isinstance(given, list):
             continue  # absent, or an argument that names one file (export --verdicts)
         out: list[str] = []
         for location in given:
-            out.extend(_shards(location, kind, allow=allow))
+            out.extend(_shards(location, kind, allow=allow, listed=listed))
         _refuse_twice(out)
         setattr(args, attr, out)
+    _FROM_SETS.set(frozenset(listed))
 
 
-def _shards(location: str, kind: Kind, *, allow: bool) -> list[str]:
+def _shards(location: str, kind: Kind, *, allow: bool, listed: set[str]) -> list[str]:
     shards = expand(location, kind)
     if shards is None:
         return [location]
     kept = [s.name for s in shards if s.size != 0]
+    listed.update(s.name for s in shards if s.size)  # known to hold bytes: not opened again
     if kept or allow:
         return kept
     pattern = f"*{SUFFIX[kind]}"

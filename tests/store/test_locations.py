@@ -191,3 +191,24 @@ def test_file_urls_are_local_paths(tmp_path: Path) -> None:
     with replaced(f"file://{tmp_path}/out.json") as out:
         out.write(b"{}")
     assert (tmp_path / "out.json").read_bytes() == b"{}"
+
+
+def test_a_sets_shards_are_not_opened_to_be_told_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A set's shards come with their sizes from the listing: only those of size 0 are
+    left out, and the others are not opened once more before they are read (a prefix of
+    many objects costs one listing). A shard of blank lines is then read as holding none;
+    given alone, the same file is refused as empty."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "a.episodes.jsonl").write_bytes(episode_bytes("e1", "c1"))
+    (runs / "b.episodes.jsonl").write_bytes(b"\n\n")
+    (tmp_path / "p.toml").write_text(POLICY)
+    out = ["--policy", str(tmp_path / "p.toml"), "-o", str(tmp_path / "v.jsonl"), "--no-cache"]
+    code, said, err = run(["score", str(runs), *out], capsys)
+    assert (code, err) == (0, "")
+    assert "scored 1 episode " in said
+    code, _, err = run(["score", str(runs / "b.episodes.jsonl"), *out], capsys)
+    assert code == 2
+    assert "no episodes (only blank lines)" in err
