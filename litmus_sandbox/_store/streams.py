@@ -38,7 +38,7 @@ from litmus_sandbox._model.codec import (
     legacy_fast_decoder,
     verdict_fast_decoder,
 )
-from litmus_sandbox._model.errors import NewerVersionError, RecordDecodeError
+from litmus_sandbox._model.errors import ConfigError, NewerVersionError, RecordDecodeError
 from litmus_sandbox._model.legacy_blocks import LegacyKinds
 from litmus_sandbox._model.records import (
     AnyVerdict,
@@ -57,6 +57,7 @@ from litmus_sandbox._store.files import (
     open_input,
     replaced,
 )
+from litmus_sandbox._store.locations import display, is_remote, local_path
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,17 @@ class JsonlWriter:
 
     Thread-safe: tools running in worker threads may record through the same writer.
     A write that fails (``OSError``: a full disk, a quota) leaves the file ending with
-    the last whole record, then raises.
+    the last whole record, then raises. A local path only (``file://`` too): given an
+    object store's URL it raises :class:`ConfigError`.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
-        self.path = Path(path)
+        if is_remote(path):  # an object cannot be appended to (a sandbox shards instead)
+            raise ConfigError(
+                f"{display(os.fspath(path))}: an append-only stream is written to a local "
+                "file; give a path (a sandbox given a prefix writes a shard and uploads it)"
+            )
+        self.path = Path(local_path(path) or path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._store.files import open_input, replaced
 from litmus_sandbox._store.locations import display, is_remote, local_path
 from litmus_sandbox._store.sets import expand
+from litmus_sandbox._store.streams import JsonlWriter
 
 POLICY = '[scoring]\ntruncate_on_refusal = false\n\n[judge]\nkind = "rules"\n'
 
@@ -212,3 +213,14 @@ def test_a_sets_shards_are_not_opened_to_be_told_empty(
     code, _, err = run(["score", str(runs / "b.episodes.jsonl"), *out], capsys)
     assert code == 2
     assert "no episodes (only blank lines)" in err
+
+
+def test_an_append_only_writer_refuses_an_object_url(tmp_path: Path) -> None:
+    """Appending to an object is not possible: a URL is refused, not made a local folder
+    named ``s3:``; a ``file://`` URL is its path."""
+    with pytest.raises(ConfigError, match="an append-only stream is written to a local file"):
+        JsonlWriter("s3://bucket/live.verdicts.jsonl")
+    assert not (Path.cwd() / "s3:").exists()
+    with JsonlWriter(f"file://{tmp_path}/w.jsonl") as w:
+        w.append(b"{}\n")
+    assert (tmp_path / "w.jsonl").read_bytes() == b"{}\n"
