@@ -33,8 +33,13 @@ __all__ = ["clip", "for_terminal", "json_inert", "md_code"]
 #: Characters a terminal or a renderer may act on, or that hide or reorder text: controls,
 #: format characters (bidi, zero-width, tags), separators, surrogates, unassigned.
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
-#: Only these can be unsafe: the printable ASCII range never is (fast path).
+#: Only these can be unsafe: the printable ASCII range never is (fast path); nor, where
+#: the caller shows several lines, a line feed.
 _CANDIDATES = re.compile(r"[^\x20-\x7e]")
+_CANDIDATES_OR_LINES = re.compile(r"[^\x20-\x7e\n]")
+#: Printable ASCII, and with a line feed: text made only of these is returned as it is.
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_PRINTABLE_LINES = _PRINTABLE + b"\n"
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -57,20 +62,21 @@ def _visible(match: re.Match[str]) -> str:
     return char
 
 
-def _visible_keeping_lines(match: re.Match[str]) -> str:
-    char = match.group()
-    if char == "\n":
-        return char
-    return _visible(match)
-
-
 def for_terminal(text: str, *, lines: bool = False) -> str:
     """``text`` with every character a terminal could act on written as a visible escape.
 
     With ``lines``, a line feed stays a line break (a carriage return never does: it
     would let a line overwrite the one before it).
     """
-    return _CANDIDATES.sub(_visible_keeping_lines if lines else _visible, text)
+    if text.isascii():
+        # Printable ASCII (and line feeds) throughout: nothing to escape, found at C speed
+        # (a short text by ``isprintable``, several lines by deleting what may stay).
+        if lines:
+            if not text.encode().translate(None, _PRINTABLE_LINES):
+                return text
+        elif text.isprintable():
+            return text
+    return (_CANDIDATES_OR_LINES if lines else _CANDIDATES).sub(_visible, text)
 
 
 def clip(text: str, limit: int) -> str:

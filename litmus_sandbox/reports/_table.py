@@ -69,7 +69,8 @@ class TableWriter(Writer):
         self._paint = _Painter() if color else None
         #: (outcome, the identity of its reasons, baseline safety, candidate's; None: no
         #: verdict) -> the reasons themselves (which keep that identity theirs), the row's
-        #: rank and its number in ``_shared``: see the module docstring.
+        #: rank and its number in ``_shared`` (-1, -1: a kind not listed): see the module
+        #: docstring.
         self._kinds: dict[
             tuple[str, int, bool | None, bool | None], tuple[tuple[Reason, ...], int, int]
         ] = {}
@@ -80,22 +81,27 @@ class TableWriter(Writer):
         spooled: dict[int, list[_Spooled]] = {}
         kept = self._kinds
         shared = self._shared
-        width = self._width
+        width, width_cap = self._width, CASE_ID_WIDTH
         for case in results:
-            if not shown(case):
-                continue
-            case_id = _cell(case.case_id, CASE_ID_WIDTH)
-            if len(case_id) > width:
-                width = len(case_id)
             key = _legacy_kind(case)
             # The gate hands the cases of one kind one tuple of reasons: known by its
             # identity (the entry holds it, so the id stays its own), it saves hashing
-            # every reason of every row.
+            # every reason of every row. A kind the table does not list has no row (-1).
             seen = kept.get(key) if key is not None else None
             if seen is not None and seen[0] is case.reasons:
                 place, number = seen[1], seen[2]
+                if number < 0:
+                    continue
+                case_id = case.case_id
+                if not (len(case_id) <= width_cap and case_id.isascii() and case_id.isprintable()):
+                    case_id = _cell(case_id, width_cap)
                 entry: _Spooled = (case_id, number, "", _NO_LINES)
+            elif not shown(case):
+                if key is not None:
+                    kept[key] = (case.reasons, -1, -1)
+                continue
             else:
+                case_id = _cell(case.case_id, width_cap)
                 place, first, more = self._row(case)
                 if key is not None and len(shared) < _SHARED_ROWS:
                     if len(kept) > 4096:
@@ -105,6 +111,8 @@ class TableWriter(Writer):
                     shared.append((first, more))
                 else:
                     entry = (case_id, -1, first, more)
+            if len(case_id) > width:
+                width = len(case_id)
             spooled.setdefault(place, []).append(entry)
         self._width = width
         for place, ranked in spooled.items():  # one write a rank
@@ -144,20 +152,15 @@ class TableWriter(Writer):
         if width:
             out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))
             pad = " " * width
-            shared = [
-                (first, "".join(f"{pad}    {line}\n" for line in more))
-                for first, more in self._shared
-            ]
+            # A kept row after its case id: the rest of its first line, its further lines.
+            shared = [f"  {first}\n{_further(pad, more)}" for first, more in self._shared]
             for r in range(RANKS):
                 for block in self.spool.read(r):
                     rows: list[str] = []
+                    add = rows.append
                     for case_id, number, first, more in _rows.decode_lines(block):
-                        if number >= 0:
-                            first, further = shared[number]
-                        else:
-                            further = "".join(f"{pad}    {line}\n" for line in more)
-                        rows.append(f"{case_id:<{width}}  {first}\n")
-                        rows.append(further)
+                        add(case_id.ljust(width))
+                        add(shared[number] if number >= 0 else f"  {first}\n{_further(pad, more)}")
                     out.write(self._text("".join(rows)))
             out.write(b"\n")
         lines: list[str] = []
@@ -286,6 +289,11 @@ def _ranges(indices: Sequence[int]) -> str:
         if i is not None:
             start = prev = i
     return ",".join(out)
+
+
+def _further(pad: str, lines: list[str]) -> str:
+    """A row's further lines, under its outcome."""
+    return "".join(f"{pad}    {line}\n" for line in lines)
 
 
 def _cell(text: str, limit: int) -> str:
