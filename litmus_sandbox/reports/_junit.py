@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
-from litmus_sandbox._core.gate import CaseResult
+from litmus_sandbox._core.gate import CaseResult, Reason
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox.reports._inputs import SIDES, side_rows
 from litmus_sandbox.reports._shared import (
     STILL_UNSAFE,
+    LegacyKind,
     Writer,
     budget_line,
     evidence_lines,
+    legacy_kind,
     rank,
     render,
     side_word,
@@ -49,52 +53,79 @@ class JunitWriter(Writer):
     def __init__(self, out: BinaryIO, **kw: Any) -> None:
         super().__init__(out, **kw)
         self.tests = self.failures = self.errors = self.skipped = 0
+        self._counts: Counter[str] = Counter()
+        #: A kind of legacy case -> its reasons, rank, test case body and count (see
+        #: :func:`~litmus_sandbox.reports._shared.legacy_kind`).
+        self._kinds: dict[LegacyKind, tuple[tuple[Reason, ...], int, str, str]] = {}
 
     def write(self, results: Sequence[CaseResult]) -> None:
-        strict, allow = self.strict_oracle, self.allow_unresolved
+        spooled: dict[int, list[str]] = {}
+        kinds = self._kinds
+        counts = self._counts
         for case in results:
-            self.tests += 1
-            detail = "\n".join(
-                f"{r.code}: {r.detail}" + (f" -> {r.remedy}" if r.remedy else "")
-                for r in case.reasons
+            key = legacy_kind(case)
+            seen = kinds.get(key) if key is not None else None
+            if seen is None or seen[0] is not case.reasons:
+                seen = (case.reasons, rank(case), *self._inner(case))
+                if key is not None:
+                    if len(kinds) > 4096:
+                        kinds.clear()
+                    kinds[key] = seen
+            counts[seen[3]] += 1
+            line = f'  <testcase classname="litmus.gate" name={_name(case.case_id)}>{seen[2]}</testcase>\n'
+            spooled.setdefault(seen[1], []).append(line)
+        self.tests += len(results)
+        self.failures, self.errors, self.skipped = (
+            counts["failures"],
+            counts["errors"],
+            counts["skipped"],
+        )
+        for place, lines in spooled.items():  # one write a rank
+            self.spool.write(place, text("".join(lines)))
+
+    def _inner(self, case: CaseResult) -> tuple[str, str]:
+        """What ``case``'s test case holds, and the count it adds to ("" for none)."""
+        strict, allow = self.strict_oracle, self.allow_unresolved
+        counter = ""
+        detail = "\n".join(
+            f"{r.code}: {r.detail}" + (f" -> {r.remedy}" if r.remedy else "") for r in case.reasons
+        )
+        inner = ""
+        blocking_oracle = strict and case.contradicted and case.outcome != "EXCLUDED"
+        if case.outcome == "REGRESSION" or blocking_oracle:
+            counter = "failures"
+            # The message says which step was unsafe and why, not only the outcome.
+            evidence = evidence_lines(case)
+            message = f"{case.outcome}: {evidence[0]}" if evidence else case.outcome
+            body = "\n".join(
+                [f"{side_word(case.baseline)} -> {side_word(case.candidate)}", *evidence]
+                + ([detail] if detail else [])
             )
-            inner = ""
-            blocking_oracle = strict and case.contradicted and case.outcome != "EXCLUDED"
-            if case.outcome == "REGRESSION" or blocking_oracle:
-                self.failures += 1
-                # The message says which step was unsafe and why, not only the outcome.
-                evidence = evidence_lines(case)
-                message = f"{case.outcome}: {evidence[0]}" if evidence else case.outcome
-                body = "\n".join(
-                    [f"{side_word(case.baseline)} -> {side_word(case.candidate)}", *evidence]
-                    + ([detail] if detail else [])
-                )
-                inner = f"<failure message={quoteattr(message)}>{escape(body)}</failure>"
-            elif case.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN"):
-                detail = "\n".join([detail, *evidence_lines(case)])
-                if allow:
-                    self.skipped += 1
-                    inner = f"<skipped message={quoteattr(case.outcome)}>{escape(detail)}</skipped>"
-                else:
-                    self.errors += 1
-                    inner = f"<error message={quoteattr(case.outcome)}>{escape(detail)}</error>"
-            elif case.outcome == "EXCLUDED":
-                self.skipped += 1
-                inner = f"<skipped message={quoteattr('EXCLUDED')}>{escape(detail)}</skipped>"
-            elif case.still_unsafe:
-                # Passes (nothing changed), but says so: unsafe on both sides, and why.
-                body = "\n".join(
-                    [f"{case.outcome}, {STILL_UNSAFE}: unsafe -> unsafe", *evidence_lines(case)]
-                    + ([detail] if detail else [])
-                )
-                inner = (
-                    '<properties><property name="still_unsafe" value="true"/></properties>'
-                    f"<system-out>{escape(body)}</system-out>"
-                )
-            elif detail:
-                inner = f"<system-out>{escape(case.outcome + chr(10) + detail)}</system-out>"
-            line = f'  <testcase classname="litmus.gate" name={quoteattr(case.case_id)}>{inner}</testcase>\n'
-            self.spool.write(rank(case), text(line))
+            inner = f"<failure message={quoteattr(message)}>{escape(body)}</failure>"
+        elif case.outcome in ("NEEDS_REBASELINE", "NEEDS_RERUN"):
+            detail = "\n".join([detail, *evidence_lines(case)])
+            if allow:
+                counter = "skipped"
+                inner = f"<skipped message={quoteattr(case.outcome)}>{escape(detail)}</skipped>"
+            else:
+                counter = "errors"
+                inner = f"<error message={quoteattr(case.outcome)}>{escape(detail)}</error>"
+        elif case.outcome == "EXCLUDED":
+            counter = "skipped"
+            inner = f"<skipped message={quoteattr('EXCLUDED')}>{escape(detail)}</skipped>"
+        elif case.still_unsafe:
+            # Passes (nothing changed), but says so: unsafe on both sides, and why.
+            body = "\n".join(
+                [f"{case.outcome}, {STILL_UNSAFE}: unsafe -> unsafe", *evidence_lines(case)]
+                + ([detail] if detail else [])
+            )
+            inner = (
+                '<properties><property name="still_unsafe" value="true"/></properties>'
+                f"<system-out>{escape(body)}</system-out>"
+            )
+        elif detail:
+            inner = f"<system-out>{escape(case.outcome + chr(10) + detail)}</system-out>"
+        return inner, counter
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         decision, code = self.decision(summary)
@@ -149,6 +180,17 @@ class JunitWriter(Writer):
             f'value="{summary.statistics.candidate_unsafe}"/>\n'
             f'    <property name="unsafe_budget_exceeded" value="{exceeded}"/>\n'
         )
+
+
+#: A name that ``quoteattr`` only puts between double quotes: printable ASCII but ``&<>"'``.
+_PLAIN_NAME = re.compile(r"[ !#-%(-;=?-~]*")
+
+
+def _name(case_id: str) -> str:
+    """``quoteattr(case_id)``: a plain name at once."""
+    if _PLAIN_NAME.fullmatch(case_id) is not None:
+        return f'"{case_id}"'
+    return quoteattr(case_id)
 
 
 def render_junit(report: GateReport, **kw: Any) -> str:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
-from litmus_sandbox._core.gate import OUTCOMES, CaseResult
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import md_code
 from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     STILL_UNSAFE,
+    LegacyKind,
     Writer,
     as_warning,
     budget_line,
     evidence_lines,
+    legacy_kind,
     rank,
     render,
     shown,
@@ -32,23 +34,35 @@ class MarkdownWriter(Writer):
 
     plain = False
 
+    def __init__(self, out: BinaryIO, **kw: Any) -> None:
+        super().__init__(out, **kw)
+        #: A kind of legacy case -> its reasons, rank (-1: not listed) and the rest of its
+        #: row after its case id (see :func:`~litmus_sandbox.reports._shared.legacy_kind`).
+        self._kinds: dict[LegacyKind, tuple[tuple[Reason, ...], int, str]] = {}
+
     def write(self, results: Sequence[CaseResult]) -> None:
+        spooled: dict[int, list[str]] = {}
+        kinds = self._kinds
         for case in results:
-            if not shown(case):
+            key = legacy_kind(case)
+            seen = kinds.get(key) if key is not None else None
+            if seen is None or seen[0] is not case.reasons:
+                seen = (
+                    (case.reasons, rank(case), _rest(case))
+                    if shown(case)
+                    else (case.reasons, -1, "")
+                )
+                if key is not None:
+                    if len(kinds) > 4096:
+                        kinds.clear()
+                    kinds[key] = seen
+            if seen[1] < 0:
                 continue
             # Recorded text (ids, details, evidence) only ever inside code spans.
-            reasons = "<br>".join(
-                [md_code(line) for line in evidence_lines(case)]
-                + [
-                    f"`{r.code}` {md_code(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
-                    for r in case.reasons
-                ]
-            )
-            outcome: str = case.outcome
-            if case.still_unsafe:
-                outcome += f" **{STILL_UNSAFE}**"
-            row = f"| {md_code(case.case_id)} | {outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
-            self.spool.write(rank(case), text(row + "\n"))
+            row = f"| {md_code(case.case_id)} | {seen[2]}\n"
+            spooled.setdefault(seen[1], []).append(row)
+        for place, rows in spooled.items():  # one write a rank
+            self.spool.write(place, text("".join(rows)))
             self.rows = True
 
     rows = False
@@ -79,6 +93,22 @@ class MarkdownWriter(Writer):
         self.out.write(text("".join(line + "\n" for line in lines)))
         self.copy_ranks()
         self.out.write(text("".join(f"> {md_code(as_warning(w), cell=False)}\n" for w in warnings)))
+
+
+def _rest(case: CaseResult) -> str:
+    """``case``'s row after its case id: outcome, sides, reasons (recorded text only ever
+    inside code spans)."""
+    reasons = "<br>".join(
+        [md_code(line) for line in evidence_lines(case)]
+        + [
+            f"`{r.code}` {md_code(r.detail)}" + (f" → `{r.remedy}`" if r.remedy else "")
+            for r in case.reasons
+        ]
+    )
+    outcome: str = case.outcome
+    if case.still_unsafe:
+        outcome += f" **{STILL_UNSAFE}**"
+    return f"{outcome} | {side_word(case.baseline)} → {side_word(case.candidate)} | {reasons} |"
 
 
 def render_markdown(report: GateReport, **kw: Any) -> str:

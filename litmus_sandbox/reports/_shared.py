@@ -50,6 +50,34 @@ def shown(case: CaseResult) -> bool:
     return case.outcome != "PASS" or bool(case.reasons) or case.still_unsafe
 
 
+#: A kind of case (see :func:`legacy_kind`): outcome, the identity of its reasons, baseline
+#: safety, candidate's (None: no verdict).
+LegacyKind = tuple[str, int, bool | None, bool | None]
+
+
+def legacy_kind(case: CaseResult) -> LegacyKind | None:
+    """What a text report shows of ``case`` besides its case id, if its sides are one
+    legacy verdict each or none (then no step diff and no step evidence): its outcome,
+    its reasons by identity and its sides' safeties; None for any other case.
+
+    The gate hands the cases of one kind one tuple of reasons: a writer that keeps what it
+    rendered for a kind, and the reasons with it (so the identity stays theirs), renders
+    the many cases of a legacy suite once per kind, without hashing their reasons."""
+    bs, cs = case.baseline, case.candidate
+    if len(bs) > 1 or len(cs) > 1:
+        return None
+    b = c = None
+    if bs:
+        if type(bs[0]) is not LegacyVerdict:
+            return None
+        b = bs[0].safe
+    if cs:
+        if type(cs[0]) is not LegacyVerdict:
+            return None
+        c = cs[0].safe
+    return case.outcome, id(case.reasons), b, c
+
+
 #: How the text reports mark a case unsafe on both sides (a PASS: nothing changed).
 STILL_UNSAFE = "still unsafe"
 

@@ -22,7 +22,6 @@ import msgspec
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
 from litmus_sandbox._core.suite import GateReport, GateSummary
-from litmus_sandbox._model.records import LegacyVerdict
 from litmus_sandbox._model.safe_text import clip, for_terminal
 from litmus_sandbox.reports._inputs import input_lines
 from litmus_sandbox.reports._shared import (
@@ -39,6 +38,9 @@ from litmus_sandbox.reports._shared import (
     shown,
     side_word,
     text,
+)
+from litmus_sandbox.reports._shared import (
+    legacy_kind as _legacy_kind,
 )
 
 __all__ = ["render_table"]
@@ -203,25 +205,6 @@ class TableWriter(Writer):
         # and colour is only what _paint adds after.
         block = for_terminal(block, lines=True)
         return text(block if self._paint is None else self._paint(block))
-
-
-def _legacy_kind(case: CaseResult) -> tuple[str, int, bool | None, bool | None] | None:
-    """What ``case``'s row shows besides its case id, if its sides are one legacy verdict
-    each or none (then no step diff and no step evidence), with its reasons by identity;
-    None for any other case."""
-    bs, cs = case.baseline, case.candidate
-    if len(bs) > 1 or len(cs) > 1:
-        return None
-    b = c = None
-    if bs:
-        if type(bs[0]) is not LegacyVerdict:
-            return None
-        b = bs[0].safe
-    if cs:
-        if type(cs[0]) is not LegacyVerdict:
-            return None
-        c = cs[0].safe
-    return case.outcome, id(case.reasons), b, c
 
 
 def render_table(report: GateReport, **kw: Any) -> str:
