@@ -7,7 +7,10 @@ ends exactly the processes it started (``ray stop`` would end every Ray cluster 
 machine, other test sessions' included). Each node has 1 CPU (one scoring task at a time)
 and a small object store. The nodes advertise 127.0.0.2: Ray replaces 127.0.0.1 with the
 machine's outside address, another loopback address keeps every connection on loopback.
-Readiness is the line ``ray start`` prints once its node is up, never a sleep.
+Readiness is the line ``ray start`` prints once its node is up, never a sleep. Ray's
+own folder (its sockets among them) is a short one under ``/tmp``, removed at the end: a
+Unix socket's path holds at most 107 bytes, and a test's folder is deeper than that
+leaves room for.
 
 :func:`client_pid` tells which process holds the client end of a loopback connection (a
 judge request's): the test kills that worker mid-shard.
@@ -20,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -55,6 +59,7 @@ class RayCluster:
         self.port = free_port()
         self.nodes: list[subprocess.Popen[bytes]] = []
         folder.mkdir(parents=True, exist_ok=True)
+        self.temp = Path(tempfile.mkdtemp(prefix="litmus-ray-", dir="/tmp"))
 
     @property
     def address(self) -> str:
@@ -67,7 +72,7 @@ class RayCluster:
                 "--head",
                 f"--port={self.port}",
                 "--include-dashboard=false",
-                f"--temp-dir={self.folder / 'ray'}",
+                f"--temp-dir={self.temp}",
             )
             for _ in range(self.workers):
                 self.add_worker()
@@ -118,6 +123,7 @@ class RayCluster:
             _end_group(proc.pid, signal.SIGKILL)  # the node's raylet and workers too
             proc.wait()
         self.nodes = []
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def _end_group(pgid: int, sig: signal.Signals) -> None:
