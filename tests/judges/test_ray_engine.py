@@ -10,6 +10,7 @@ database and has its own folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -111,10 +112,12 @@ def test_score_on_ray_writes_what_local_scoring_writes(
     cluster: RayCluster, url: str, tmp_path: Path
 ) -> None:
     """Byte for byte (verdicts carry no time of scoring), in the same order, with the
-    same summary; each unique step asked once across the shards; a second run asks none."""
+    same summary, and the same failure: a step the judge refuses leaves its case without a
+    verdict (exit 6). Each unique step is asked once across the shards; a second run asks
+    only the step that failed."""
     episodes = tmp_path / "eps.jsonl"
     unique = suite(episodes)
-    judge = TimedJudge(0.01)
+    judge = FailingJudge(0.01, fail=(5, 2))
     with running(judge) as endpoint:
         policy = write_policy(tmp_path, endpoint.url)
         local = cli(
@@ -126,6 +129,7 @@ def test_score_on_ray_writes_what_local_scoring_writes(
             tmp_path / "l.sqlite",
             "-o",
             tmp_path / "local.jsonl",
+            expect=6,
         )
         asked_locally = len(judge.asked)
         ray = cli(
@@ -136,6 +140,7 @@ def test_score_on_ray_writes_what_local_scoring_writes(
             *on_ray(cluster, url, 9),
             "-o",
             tmp_path / "ray.jsonl",
+            expect=6,
         )
         asked_on_ray = len(judge.asked) - asked_locally
         again = cli(
@@ -146,15 +151,39 @@ def test_score_on_ray_writes_what_local_scoring_writes(
             *on_ray(cluster, url, 9),
             "-o",
             tmp_path / "again.jsonl",
+            expect=6,
         )
     assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
     assert (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
     assert asked_locally == asked_on_ray == unique
-    assert len(judge.asked) == 2 * unique, "the second run on Ray asked the judge again"
+    assert len(judge.asked) == 2 * unique + 1, "the second run asked more than the failed step"
     assert ray.stdout.replace("ray.jsonl", "") == local.stdout.replace("local.jsonl", "")
+    assert _ours(ray.stderr) == _ours(local.stderr)
+    assert "'ep-5' step 2" in ray.stderr
     assert "14 episodes" in ray.stdout
     assert "1 incomplete" in ray.stdout
-    assert "0 judge calls" in again.stdout
+    assert "1 judge call," in again.stdout
+    assert '"case-5"' not in (tmp_path / "ray.jsonl").read_text()
+
+
+def _ours(stderr: str) -> list[str]:
+    """The lines litmus-sandbox wrote (Ray may add its own)."""
+    return [line for line in stderr.splitlines() if line.startswith("litmus-sandbox:")]
+
+
+class FailingJudge(TimedJudge):
+    """:class:`TimedJudge`, refusing (HTTP 400: no verdict, at once) the step ``fail``."""
+
+    def __init__(self, latency: float, *, fail: tuple[int, int]) -> None:
+        super().__init__(latency)
+        self.fail = fail
+
+    def __call__(self, request: Request) -> Reply:
+        reply = super().__call__(request)
+        with contextlib.suppress(ValueError):
+            if step_of(request.step_text) == self.fail:
+                return Reply(status=400, body={"error": "refused"})
+        return reply
 
 
 def test_progress_counts_the_steps_judged_across_the_cluster(
