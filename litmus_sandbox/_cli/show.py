@@ -227,9 +227,7 @@ def _nothing(args: argparse.Namespace, cases: Sequence[str]) -> str:
     return f"no episode {args.episode!r} in {where}"
 
 
-def _verdicts(
-    paths: Sequence[str], warnings: list[ReadWarning]
-) -> tuple[dict[str, Verdict], int]:
+def _verdicts(paths: Sequence[str], warnings: list[ReadWarning]) -> tuple[dict[str, Verdict], int]:
     """The verdicts by episode id, and how many legacy verdicts (which name no episode)
     there were; what the readers tolerated (a torn last line) goes to ``warnings``."""
     out: dict[str, Verdict] = {}

@@ -98,9 +98,9 @@ def md_code(text: str, *, cell: bool = True, empty: str = "(empty)") -> str:
     become spaces; controls are visible escapes; blank text is shown as ``empty`` or as
     visible spaces (``␣``), since a code span cannot hold only spaces.
     """
-    if text.isascii() and text.isprintable() and text.strip() == text and text:
-        if "`" not in text and "|" not in text:
-            return f"`{text}`"  # what the steps below make of it, at once
+    plain = text.isascii() and text.isprintable() and text.strip() == text and text
+    if plain and "`" not in text and "|" not in text:
+        return f"`{text}`"  # what the steps below make of it, at once
     line = for_terminal(text.replace("\r\n", " ").replace("\n", " "))
     if not line.strip():
         return f"`{empty}`" if not line else f"`{line}`".replace(" ", "\u2423")

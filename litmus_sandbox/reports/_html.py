@@ -272,8 +272,7 @@ def _inputs(data: Mapping[str, Any]) -> str:
     rows = "".join(
         f"<tr data-input='{_e(key)}'><th>{_e(key)}</th>"
         + "".join(
-            f"<td data-side='{name}'>{_e(for_terminal(sides[name][i][1]))}</td>"
-            for name in SIDES
+            f"<td data-side='{name}'>{_e(for_terminal(sides[name][i][1]))}</td>" for name in SIDES
         )
         + "</tr>\n"
         for i, (key, _) in enumerate(sides["baseline"])
