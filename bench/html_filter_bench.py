@@ -86,7 +86,7 @@ def _draw_all(browser: Any) -> None:
 
 def _outcome(browser: Any) -> float:
     return max(
-        browser.execute_script(_TIME_SELECT, 'select[name="outcome"]', value, "change")
+        float(browser.execute_script(_TIME_SELECT, 'select[name="outcome"]', value, "change"))
         for value in [*OUTCOMES, ""]
     )
 

@@ -9,6 +9,7 @@ import os
 import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chromium import driver, log, open_page
@@ -28,8 +29,10 @@ def _suite(folder: Path) -> tuple[Path, Path, Path]:
     """A legacy baseline in two files (one case only it has) and a candidate of this
     library's verdicts: two suites, two agents, dated, one undated and agentless."""
     b1, b2, c = folder / "base-1.jsonl", folder / "base-2.jsonl", folder / "cand.jsonl"
-    write_verdicts(b1, None, [legacy("c1"), legacy("c2", judge_version="j1")])
-    write_verdicts(b2, None, [legacy("c3", truncate_on_refusal=True), legacy("gone")])
+    first: list[Any] = [legacy("c1"), legacy("c2", judge_version="j1")]
+    second: list[Any] = [legacy("c3", truncate_on_refusal=True), legacy("gone")]
+    write_verdicts(b1, None, first)
+    write_verdicts(b2, None, second)
     made = prov(recorder=RecorderId(name="rec", version="2.0", measurement_version="4"))
     cand = [
         replace(verdict("c1"), provenance=made, suite="suite-b", agent="agent@2", recorded_at="2026-12-02T10:00:00+01:00"),
@@ -236,7 +239,7 @@ def test_a_step_the_baseline_recorded_but_did_not_judge_is_not_only_the_candidat
             step = cand.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
             assert step.get_attribute("data-only") is None
             shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
-            assert "cut by truncate_on_refusal at the refusal at step 1" in shown.get_attribute(
-                "data-not-judged"
-            )
+            why = shown.get_attribute("data-not-judged")
+            assert why is not None
+            assert "cut by truncate_on_refusal at the refusal at step 1" in why
         assert log(browser, "browser") == []

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from core.test_gate_properties import Kept, _case_by_case, _plain, _same_case, _side
 from factories import legacy, verdict
+from gate_sides import Kept, _case_by_case, _plain, _same_case, _side
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
