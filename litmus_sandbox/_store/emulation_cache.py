@@ -96,16 +96,30 @@ def decode_answer(raw: object) -> EmulationAnswer | None:
 def encode_entry(key: EmulationKey, answer: EmulationAnswer) -> bytes:
     """A Redis value: ``lse1:SHA256:ENTRY``."""
     body = _encode(_Entry(key=key, answer=answer))
-    return b"%s:%s:%s" % (FORMAT, hashlib.sha256(body).hexdigest().encode(), body)
+    return seal(FORMAT, body)
 
 
-def decode_entry(key: EmulationKey, raw: object) -> EmulationAnswer | None:
-    """The answer in a Redis value if it was written whole, by this format, for ``key``."""
+def seal(fmt: bytes, body: bytes) -> bytes:
+    """A Redis value: ``FORMAT:sha256(body):body``, so a reader knows it whole."""
+    return b"%s:%s:%s" % (fmt, hashlib.sha256(body).hexdigest().encode(), body)
+
+
+def unseal(fmt: bytes, raw: object) -> bytes | None:
+    """The body of a value :func:`seal` wrote in format ``fmt``; None for anything else
+    (another format, a torn or altered value: a miss, never a guess)."""
     if not isinstance(raw, bytes):
         return None
     version, _, rest = raw.partition(b":")
     digest, sep, body = rest.partition(b":")
-    if version != FORMAT or not sep or digest != hashlib.sha256(body).hexdigest().encode():
+    if version != fmt or not sep or digest != hashlib.sha256(body).hexdigest().encode():
+        return None
+    return body
+
+
+def decode_entry(key: EmulationKey, raw: object) -> EmulationAnswer | None:
+    """The answer in a Redis value if it was written whole, by this format, for ``key``."""
+    body = unseal(FORMAT, raw)
+    if body is None:
         return None
     try:
         entry = _decode_entry(body)

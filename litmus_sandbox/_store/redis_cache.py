@@ -29,7 +29,6 @@ masked) and what failed.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +52,13 @@ from litmus_sandbox._store.claims import (
     holder_alive,
     new_owner,
 )
-from litmus_sandbox._store.emulation_cache import decode_entry, encode_entry, redis_key
+from litmus_sandbox._store.emulation_cache import (
+    decode_entry,
+    encode_entry,
+    redis_key,
+    seal,
+    unseal,
+)
 
 __all__ = ["FORMAT", "RedisVerdictCache"]
 
@@ -350,17 +355,14 @@ def claim_key(key: CacheKey) -> bytes:
 def encode_value(key: CacheKey, judgment: StepJudgment) -> bytes:
     """A verdict's value: ``lsv1:SHA256:ENTRY`` (see the module docstring)."""
     body = _encode(_Entry(key=key, judgment=judgment))
-    return b"%s:%s:%s" % (FORMAT, hashlib.sha256(body).hexdigest().encode(), body)
+    return seal(FORMAT, body)
 
 
 def decode_value(key: CacheKey, raw: object) -> StepJudgment | None:
     """The judgment in ``raw`` if it was written whole, by this format, for ``key``;
     else None (a miss, never a guess)."""
-    if not isinstance(raw, bytes):
-        return None
-    version, _, rest = raw.partition(b":")
-    digest, sep, body = rest.partition(b":")
-    if version != FORMAT or not sep or digest != hashlib.sha256(body).hexdigest().encode():
+    body = unseal(FORMAT, raw)
+    if body is None:
         return None
     try:
         entry = _decode_entry(body)
