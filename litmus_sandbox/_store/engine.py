@@ -36,6 +36,7 @@ import pickle
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -216,15 +217,18 @@ class DuckJoin:
             start = self._sizes[side]
             n = sum(map(len, parts))
             self._sizes[side] = start + n
-            keys = _objects([k for c in parts for k in c.keys])
+            # The columns of the parts end to end, at C speed (no Python loop per row).
+            keys = _objects(list(chain.from_iterable(c.keys for c in parts)))
+            safe = chain.from_iterable(c.safe for c in parts)
+            codes = chain.from_iterable(c.codes for c in parts)
             self._append(
                 "verdicts",
                 {
                     "side": np.full(n, side, dtype=np.uint8),
                     "pos": np.arange(start, start + n, dtype=np.uint64),
                     "key": keys,
-                    "safe": np.array([s for c in parts for s in c.safe], dtype=np.bool_),
-                    "code": np.array([x for c in parts for x in c.codes], dtype=np.int32),
+                    "safe": np.fromiter(safe, dtype=np.bool_, count=n),
+                    "code": np.fromiter(codes, dtype=np.int32, count=n),
                 },
             )
             whole: list[tuple[int, bytes]] = []

@@ -31,7 +31,6 @@ from __future__ import annotations
 import operator
 import os
 import pickle
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -126,19 +125,17 @@ class Kinds:
         if len(records) != n:
             return None
         raws = list(map(bytes, map(_raw, records)))
-        colons = 2 * n
-        known = self._raw_colons
-        for raw, count in Counter(raws).items():
-            if raw not in known and not self._learn(raw):
-                return None
-            colons += count * known[raw]
+        found = list(map(self._raw_codes.get, raws))
+        if None in found:  # a provenance not seen yet
+            for raw in set(raws) - self._raw_codes.keys():
+                if not self._learn(raw):
+                    return None
+            found = list(map(self._raw_codes.get, raws))
+        colons = 2 * n + sum(map(self._raw_colons.__getitem__, raws))
         if block.count(b":") != colons:
             return None
-        return Columns(
-            list(map(_run_id, records)),
-            list(map(_safe, records)),
-            list(map(self._raw_codes.__getitem__, raws)),
-        )
+        codes: list[int] = found  # type: ignore[assignment]  # none is None now
+        return Columns(list(map(_run_id, records)), list(map(_safe, records)), codes)
 
 
 @dataclass
