@@ -1,59 +1,53 @@
-"""Benchmark: ``litmus-sandbox gate`` over N verdict pairs, against the reference ``run_gate``.
+"""Benchmark: ``litmus-sandbox gate`` over N verdict pairs, against a bare DuckDB peer, a
+Python floor and the reference ``run_gate``.
 
-    .venv/bin/python bench/gate_bench.py [--pairs 1000000] [--orders shuffled,same]
-        [--formats table,json,jsonl] [--repeats 2] [--repeats-at-scale 1]
-        [--columnar-peer] [--no-native]
+    .venv/bin/python bench/gate_bench.py [--pairs 1000000] [--base-pairs 1000000]
+        [--orders shuffled,same] [--formats table,json,jsonl] [--repeats 2]
+        [--repeats-at-scale 1] [--peer-at-scale] [--columnar-peer] [--no-native]
 
 Workloads (``gate_workloads.py``) are generated in a temporary directory (``$TMPDIR``),
 deterministically from ``--seed``, and deleted after: a legacy baseline, its candidate in
-each order of ``--orders`` (the baseline's order, ``same``, or ``shuffled``), and with
-native verdicts at the base size only.
+each order of ``--orders`` (the baseline's order, ``same``, ``window``, or ``shuffled``),
+and with native verdicts at the base size only.
 
-Implementations, each run in its own fresh subprocess (so ``ru_maxrss`` is its own),
-repeated ``--repeats`` times, interleaved:
+What runs (``gate_impls.py``), each in its own fresh subprocess (so ``ru_maxrss`` is its
+own), repeated ``--repeats`` times, interleaved: ``litmus/FORMAT`` (the ``gate`` command,
+its report to ``/dev/null``), ``duckdb`` (the peer: DuckDB alone, join, checks, counts),
+``python-floor`` (reading and strictly validating both files with msgspec alone, no join
+and no report: how far any gate that validates in Python can get), ``reference``,
+``floor`` and ``floor+checks`` (pure-Python gates), and ``columnar`` (polars, with
+``--columnar-peer``).
 
-* ``reference``: ``json.loads`` per line into frozen dataclasses and the reference's
-  ``gate_trajectory`` / ``run_gate``, exactly as written in the report (counts only).
-* ``litmus/FORMAT``: the ``gate`` command as a user runs it (``main(["gate", ...,
-  "--format", FORMAT, "-o", "/dev/null"])``): read both files as it decides, write the
-  whole report. Its outcome counts are taken from the summary it computed.
-* ``floor``: the least a pure-Python gate does (``gate_workloads.floor_gate``): msgspec
-  decoding with the provenance kept as ``msgspec.Raw``, the candidate streamed a block at
-  a time and popped from a dict of the baseline, outcome counts only; no checks, no
-  report. The floor under any gate in Python, measured beside the others.
-* ``floor+checks``: the floor plus what the issue asks of any gate over these files, each
-  the cheapest sound way (``gate_workloads.checked_floor_gate``): no duplicate key (colons
-  against implied members, each distinct provenance checked once), provenance known, a
-  case at most once a side, the cases that are not plain passes written out in order.
-* ``columnar`` (with ``--columnar-peer``; needs ``pip install polars``, no dependency of
-  this project): polars' multi-threaded NDJSON reader and hash join computing the
-  outcome counts with column expressions: no Python object per case, no report.
-
-The base size is ``min(--pairs, --base-pairs)`` (1,000,000): every implementation runs
-there, and the speed-up is measured there. Past it (``--pairs 10000000``), only
-litmus-sandbox runs at ``--pairs``; the reference and the peer are run at the base size
-and their time and memory over imports scaled linearly (both are linear: a dict per side
-and a list per file), which the results say.
+The base size is ``min(--pairs, --base-pairs)``: everything runs there. Past it, the gate
+runs at ``--pairs``, and with ``--peer-at-scale`` the peer and the Python floor too; the
+reference and the dict-holding floors are run at the base size and their time and memory
+over imports scaled linearly, which the results say.
 
 Each worker measures its wall time, its own CPU time (user and kernel: on a shared
-machine, others' load stretches wall time far more than CPU time, and memory-bound code
-the most), its resident set after its imports and its peak after; memory per case is
-``(peak - after imports) / pairs``. Speed-ups are given both ways. Every run's counts must match the generator's,
-and the reference and litmus-sandbox must agree on every legacy pair's class, or the
-benchmark fails. The table is printed and the results go to ``--out``.
+machine others' load stretches wall time far more than CPU time), its resident set after
+its imports and its peak after; the driver gives it a temporary folder of its own
+(``$TMPDIR`` and its working directory, where DuckDB spills) and polls the disk it holds
+there, and notes the load average as it starts and ends. Every run's counts must match the
+generator's, and the reference and litmus-sandbox must agree on every legacy pair's class,
+or the benchmark fails. The tables are printed: every implementation, then each gate run
+against the peer and the Python floor of the same run (and JSON against the table), with
+the goals; the results go to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import resource
+import stat
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,11 +60,17 @@ DEFAULT_OUT = HERE / "results" / "gate_bench.json"
 if str(HERE.parent) not in sys.path:
     sys.path.insert(1, str(HERE.parent))
 
-from gate_workloads import (  # noqa: E402  (after the path above)
+from gate_impls import (  # noqa: E402  (after the path above)
+    checked_floor_gate,
+    columnar_gate,
+    duckdb_peer,
+    floor_gate,
+    litmus_gate,
+    python_floor,
+)
+from gate_workloads import (  # noqa: E402
     ORDERS,
     Measured,
-    checked_floor_gate,
-    floor_gate,
     generate_legacy,
     generate_native,
     reference_gate,
@@ -81,101 +81,9 @@ FORMATS = ("table", "json", "jsonl", "junit", "markdown")
 GOAL_SPEEDUP = 4.0
 #: The peak resident set asked of litmus-sandbox at 10M pairs, any format.
 GOAL_PEAK = 1.5e9
-
-
-def litmus_gate(baseline_path: str, candidate_path: str, fmt: str) -> Measured:
-    """The gate command, in this process; counts from the summary it computed."""
-    from litmus_sandbox._cli import gate as gate_cli
-    from litmus_sandbox._cli import main as cli
-
-    summaries: list[Any] = []
-    namespace = vars(gate_cli)
-    gate_lined_up = namespace["gate_lined_up"]
-
-    def keep(*args: Any, **kw: Any) -> Any:
-        summaries.append(gate_lined_up(*args, **kw))
-        return summaries[-1]
-
-    namespace["gate_lined_up"] = keep  # the summary, for the counts
-    t0 = time.perf_counter()
-    argv = ["gate", "--baseline", baseline_path, "--candidate", candidate_path]
-    code = cli.main([*argv, "--format", fmt, "-o", os.devnull])
-    seconds = time.perf_counter() - t0
-    if code not in (0, 1, 4):
-        raise SystemExit(f"litmus-sandbox gate exited {code}")
-    counts = {k: v for k, v in summaries[0].counts.items() if v}
-    return counts, 0.0, seconds, None
-
-
-def duckdb_peer(baseline_path: str, candidate_path: str) -> Measured:
-    """The floor under the gate's engine: DuckDB alone (2 threads, 1 GB) reading both
-    files, a full join on the case id, the three provenance checks and the counts; no
-    strictness, no epochs, no exclusions, no report."""
-    import duckdb
-
-    t0 = time.perf_counter()
-    con = duckdb.connect(
-        config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": False}
-    )
-    cols = (
-        "{'run_id': 'VARCHAR', 'safe': 'BOOLEAN', 'provenance': 'STRUCT(truncate_on_refusal "
-        "BOOLEAN, truncate_on_empty_tool_result BOOLEAN, steps_covered BIGINT, "
-        "judge_version VARCHAR)'}"
-    )
-    rows = con.execute(
-        f"""
-        WITH b AS (SELECT * FROM read_ndjson($b, columns = {cols})),
-             c AS (SELECT * FROM read_ndjson($c, columns = {cols}))
-        SELECT CASE WHEN b.run_id IS NULL THEN 'NEEDS_REBASELINE'
-                    WHEN c.run_id IS NULL THEN 'NEEDS_RERUN'
-                    WHEN b.provenance IS DISTINCT FROM c.provenance THEN 'NEEDS_REBASELINE'
-                    WHEN b.safe = c.safe THEN 'PASS'
-                    WHEN b.safe THEN 'REGRESSION' ELSE 'IMPROVEMENT' END AS o, count(*)
-        FROM b FULL JOIN c ON b.run_id = c.run_id GROUP BY o""",
-        {"b": baseline_path, "c": candidate_path},
-    ).fetchall()
-    seconds = time.perf_counter() - t0
-    return {str(o): int(n) for o, n in rows}, 0.0, seconds, None
-
-
-def columnar_gate(baseline_path: str, candidate_path: str) -> Measured:
-    """Outcome counts of the legacy rule (this library's, with IMPROVEMENT), in polars."""
-    import polars as pl
-
-    provenance = pl.Struct(
-        {
-            "truncate_on_refusal": pl.Boolean,
-            "truncate_on_empty_tool_result": pl.Boolean,
-            "steps_covered": pl.Int64,
-            "judge_version": pl.String,
-        }
-    )
-    schema = pl.Schema({"run_id": pl.String(), "safe": pl.Boolean(), "provenance": provenance})
-    t0 = time.perf_counter()
-    b = pl.read_ndjson(baseline_path, schema=schema)
-    c = pl.read_ndjson(candidate_path, schema=schema)
-    t_decode = time.perf_counter() - t0
-    joined = b.join(c, on="run_id", how="full", suffix="_c", coalesce=True)
-    fields = provenance.to_schema()
-    known = pl.all_horizontal(pl.col("provenance").struct.field(f).is_not_null() for f in fields)
-    safe, safe_c = pl.col("safe"), pl.col("safe_c")
-    outcome = (
-        pl.when(safe.is_null())
-        .then(pl.lit("NEEDS_REBASELINE"))
-        .when(safe_c.is_null())
-        .then(pl.lit("NEEDS_RERUN"))
-        .when(~(known & (pl.col("provenance") == pl.col("provenance_c"))))
-        .then(pl.lit("NEEDS_REBASELINE"))
-        .when(safe & ~safe_c)
-        .then(pl.lit("REGRESSION"))
-        .when(~safe & safe_c)
-        .then(pl.lit("IMPROVEMENT"))
-        .otherwise(pl.lit("PASS"))
-    )
-    tally = joined.select(outcome.alias("outcome"))["outcome"].value_counts()
-    counts = {str(k): int(n) for k, n in tally.iter_rows()}
-    seconds = time.perf_counter() - t0
-    return counts, t_decode, seconds, (b, c, joined)
+#: Shuffled legacy pairs (issue 31): the table within this of the DuckDB peer's wall time,
+#: JSON within this of the table's, and at most this much temporary disk.
+GOAL_PEER, GOAL_JSON, GOAL_TEMP = 1.5, 2.0, 1e9
 
 
 # ---------------------------------------------------------------- worker (one subprocess)
@@ -190,6 +98,10 @@ class WorkerResult(TypedDict):
     rss_peak: int
     vmhwm_peak: int | None
     counts: dict[str, int]
+    #: Set by the driver: the most temporary disk the worker held (bytes), and the load
+    #: averages (1 minute) when it started and ended.
+    temp_peak: int
+    load: tuple[float, float]
 
 
 def _maxrss_bytes() -> int:
@@ -227,6 +139,8 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import duckdb  # noqa: F401 - imported before the memory baseline is taken
 
         fn = duckdb_peer
+    elif impl == "python-floor":
+        fn = python_floor
     elif impl == "floor":
         fn = floor_gate
     elif impl == "floor+checks":
@@ -246,6 +160,8 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         rss_peak=_maxrss_bytes(),
         vmhwm_peak=_vmhwm_bytes(),
         counts=counts,
+        temp_peak=0,
+        load=(0.0, 0.0),
     )
     del keep
     return result
@@ -255,15 +171,63 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
 
 
 def _run_worker(impl: str, workload: str, b: Path, c: Path) -> WorkerResult:
+    """Run one worker in a subprocess with a temporary folder of its own (``$TMPDIR``
+    and its working directory, where DuckDB spills), watched for the disk it holds."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", impl]
     cmd += ["--workload", workload, "--baseline-file", str(b), "--candidate-file", str(c)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="worker-", dir=b.parent) as tmp:
+        env = {**os.environ, "TMPDIR": tmp}
+        with subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            watch = _TempWatch(proc.pid, tmp)
+            stdout, stderr = proc.communicate()
+            watch.stop()
     if proc.returncode != 0:
-        raise SystemExit(
-            f"worker {impl}/{workload} failed (exit {proc.returncode}):\n{proc.stderr}"
-        )
-    result: WorkerResult = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"worker {impl}/{workload} failed (exit {proc.returncode}):\n{stderr}")
+    result: WorkerResult = json.loads(stdout.strip().splitlines()[-1])
+    result["temp_peak"] = watch.peak
+    result["load"] = (load0, os.getloadavg()[0])
     return result
+
+
+class _TempWatch:
+    """The most disk a process holds under a folder, polled: the files there, and the
+    files it holds open there, unlinked ones included (a spooled report's temporary
+    files are unlinked at once, DuckDB's spill files are not)."""
+
+    def __init__(self, pid: int, folder: str, every: float = 0.2) -> None:
+        self.peak = 0
+        self._pid, self._folder, self._every = pid, folder, every
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self.peak = max(self.peak, self._held())
+
+    def _held(self) -> int:
+        seen: dict[tuple[int, int], int] = {}
+        fds = f"/proc/{self._pid}/fd"
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(fds):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"{fds}/{fd}").startswith(self._folder):
+                        st = os.stat(f"{fds}/{fd}")
+                        if stat.S_ISREG(st.st_mode):
+                            seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+        for root, _, files in os.walk(self._folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(os.path.join(root, name))
+                    seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+        return sum(seen.values())
 
 
 def _agree(ref: dict[str, int], ours: dict[str, int]) -> list[str]:
@@ -291,6 +255,9 @@ class Summary(TypedDict):
     peak_over_imports: int
     bytes_per_case: float
     scaled: bool
+    #: The most temporary disk any run held; the load averages its runs saw.
+    temp_peak: int
+    loads: list[float]
 
 
 def _summarize(runs: list[WorkerResult], measured_at: int, pairs: int) -> Summary:
@@ -312,6 +279,8 @@ def _summarize(runs: list[WorkerResult], measured_at: int, pairs: int) -> Summar
         peak_over_imports=int(over * factor),
         bytes_per_case=over / measured_at,
         scaled=factor != 1,
+        temp_peak=max(r["temp_peak"] for r in runs),
+        loads=[x for r in runs for x in r["load"]],
     )
 
 
@@ -377,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--peer-at-scale",
         action="store_true",
-        help="also run the DuckDB peer at --pairs (not only at the base size)",
+        help="also run the DuckDB peer and the Python floor at --pairs (not only at the base)",
     )
     ap.add_argument("--columnar-peer", action="store_true", help="also time polars")
     ap.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)
@@ -433,6 +402,7 @@ def _drive(args: argparse.Namespace) -> int:
                     plan.append(("floor+checks", f"legacy/{order}", b, c))
                 if size == base or args.peer_at_scale:
                     plan.append(("duckdb", f"legacy/{order}", b, c))
+                    plan.append(("python-floor", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))
                 plan.extend((f"litmus/{fmt}", f"legacy/{order}", b, c) for fmt in args.formats)
@@ -449,7 +419,8 @@ def _drive(args: argparse.Namespace) -> int:
                     print(
                         f"  {size:>10,} run {rep + 1} {impl:<16} {workload:<16}"
                         f"{r['seconds']:8.2f} s  cpu {r['cpu_seconds']:6.2f} s"
-                        f"  peak {_mib(r['rss_peak'])} MiB",
+                        f"  peak {_mib(r['rss_peak'])} MiB  temp {_mib(r['temp_peak'])} MiB"
+                        f"  load {r['load'][0]:.1f}-{r['load'][1]:.1f}",
                         flush=True,
                     )
                     want_key = "reference" if impl == "reference" else "litmus"
@@ -458,6 +429,8 @@ def _drive(args: argparse.Namespace) -> int:
                         if workload.startswith("legacy")
                         else expected["native"]
                     )
+                    if impl == "python-floor":  # no outcomes: the verdicts read a side
+                        want = {"baseline": size, "candidate": size}
                     if r["counts"] != want:
                         failures.append(f"{impl} {workload} {size}: {r['counts']} != {want}")
             for (impl, _), rs in runs.items():
@@ -517,6 +490,7 @@ def _report(
             f"\nspeed-up, {base:,} shuffled pairs, {args.formats[0]}: {speedup:.2f}x wall, "
             f"{by_cpu:.2f}x CPU (goal {GOAL_SPEEDUP}x)"
         )
+    ratios = _ratios(by, args.pairs, goals)
     if args.pairs >= 10_000_000:
         peaks = {
             f"{s['impl']} {s['workload']}": s["peak_rss"]
@@ -542,6 +516,7 @@ def _report(
         "formats": args.formats,
         "file_bytes": file_bytes,
         "goals": goals,
+        "ratios": ratios,
         "scaled_note": "reference and columnar past the base size: measured there, time and "
         "memory over imports scaled linearly",
         "summaries": summaries,
@@ -560,6 +535,59 @@ def _report(
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 1 if failures else 0
+
+
+def _ratios(
+    by: dict[tuple[int, str, str], Summary], pairs: int, goals: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Print and return each gate run against the DuckDB peer and the Python floor of the
+    same run (wall time, and CPU time), and JSON against the table; the goals at
+    ``pairs`` go to ``goals``."""
+    out: list[dict[str, Any]] = []
+    print(f"\n{'pairs':>11} {'workload':<16} {'impl':<14} {'wall s':>7} {'cpu s':>7}"
+          f" {'/peer':>6} {'/floor':>6} {'cpu/peer':>8} {'temp MiB':>8}  load")  # fmt: skip
+    for (n, impl, workload), s in sorted(by.items()):
+        peer, floor = by.get((n, "duckdb", workload)), by.get((n, "python-floor", workload))
+        if not impl.startswith("litmus/") or peer is None or floor is None or s["scaled"]:
+            continue
+        row: dict[str, Any] = {
+            "pairs": n,
+            "workload": workload,
+            "impl": impl,
+            "seconds": s["median_seconds"],
+            "cpu_seconds": s["median_cpu_seconds"],
+            "peer_seconds": peer["median_seconds"],
+            "peer_cpu_seconds": peer["median_cpu_seconds"],
+            "python_floor_seconds": floor["median_seconds"],
+            "over_peer": s["median_seconds"] / peer["median_seconds"],
+            "over_python_floor": s["median_seconds"] / floor["median_seconds"],
+            "cpu_over_peer": s["median_cpu_seconds"] / peer["median_cpu_seconds"],
+            "temp_peak": s["temp_peak"],
+            "peak_rss": s["peak_rss"],
+            "loads": s["loads"],
+        }
+        table = by.get((n, "litmus/table", workload))
+        if impl == "litmus/json" and table is not None:
+            row["over_table"] = s["median_seconds"] / table["median_seconds"]
+        out.append(row)
+        print(
+            f"{n:>11,} {workload:<16} {impl:<14} {row['seconds']:7.2f} {row['cpu_seconds']:7.2f}"
+            f" {row['over_peer']:6.2f} {row['over_python_floor']:6.2f}"
+            f" {row['cpu_over_peer']:8.2f} {_mib(row['temp_peak']):>8}"
+            f"  {min(row['loads']):.1f}-{max(row['loads']):.1f}"
+            + (f"  json/table {row['over_table']:.2f}" if "over_table" in row else "")
+        )
+    for row in out:
+        if row["pairs"] != pairs or row["workload"] != "legacy/shuffled":
+            continue
+        if row["impl"] == "litmus/table":
+            goals["over_peer"] = {"value": row["over_peer"], "goal": GOAL_PEER, "met": row["over_peer"] <= GOAL_PEER}  # fmt: skip
+        if "over_table" in row:
+            goals["json_over_table"] = {"value": row["over_table"], "goal": GOAL_JSON, "met": row["over_table"] <= GOAL_JSON}  # fmt: skip
+        top = goals.setdefault("temp_peak", {"value": 0, "goal": GOAL_TEMP})
+        top["value"] = max(top["value"], row["temp_peak"])
+        top["met"] = top["value"] <= GOAL_TEMP
+    return out
 
 
 if __name__ == "__main__":

@@ -14,16 +14,12 @@ Generators return the outcome counts each implementation must give.
 from __future__ import annotations
 
 import json
-import operator
-import os
 import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 # ---------------------------------------------------------------- the reference, verbatim
 
@@ -128,148 +124,6 @@ def reference_gate(baseline_path: str, candidate_path: str) -> Measured:
         counts[outcome] = counts.get(outcome, 0) + 1
     seconds = time.perf_counter() - t0
     return counts, t_decode, seconds, (baseline, candidate, by_run, candidates, outcomes)
-
-
-# ---------------------------------------------------------------- the floor
-
-
-class _FloorLine(msgspec.Struct, gc=False):
-    run_id: str
-    safe: bool
-    provenance: msgspec.Raw = msgspec.Raw(b"{}")
-
-
-def _file_blocks(path: str, size: int = 1 << 20) -> Iterator[bytes]:
-    """The file in blocks of whole lines."""
-    with open(path, "rb") as f:
-        rest = b""
-        while chunk := f.read(size):
-            chunk = rest + chunk
-            cut = chunk.rfind(b"\n") + 1
-            rest = chunk[cut:]
-            if cut:
-                yield chunk[:cut]
-        if rest:
-            yield rest
-
-
-def floor_gate(baseline_path: str, candidate_path: str) -> Measured:
-    """The least a pure-Python gate over these files does: the design the issue names
-    (provenance kept as ``msgspec.Raw``, the candidate streamed a block at a time and
-    popped from a dict of the baseline), counting this library's outcome classes.
-
-    It checks nothing a user needs checked (no duplicate keys, no unknown or missing
-    provenance, no epochs, no exclusions) and writes no report: what it takes is the floor
-    under any gate written in Python with msgspec, not a gate.
-    """
-    decoder = msgspec.json.Decoder(_FloorLine)
-    t0 = time.perf_counter()
-    held: dict[str, _FloorLine] = {}
-    for block in _file_blocks(baseline_path):
-        held.update((v.run_id, v) for v in decoder.decode_lines(block))
-    counts = dict.fromkeys(("PASS", "REGRESSION", "IMPROVEMENT", "NEEDS_REBASELINE"), 0)
-    take = held.pop
-    for block in _file_blocks(candidate_path):
-        for c in decoder.decode_lines(block):
-            b = take(c.run_id, None)
-            if b is None or b.provenance != c.provenance:
-                counts["NEEDS_REBASELINE"] += 1
-            elif b.safe is c.safe:
-                counts["PASS"] += 1
-            else:
-                counts["REGRESSION" if b.safe else "IMPROVEMENT"] += 1
-    if held:
-        counts["NEEDS_RERUN"] = len(held)
-    seconds = time.perf_counter() - t0
-    return {k: n for k, n in counts.items() if n}, 0.0, seconds, held
-
-
-def _checked_kind(raw: bytes, seen: dict[bytes, tuple[int, bool]]) -> tuple[int, bool]:
-    """(colons, known) of one distinct provenance object, checked once: no duplicate key,
-    no unknown key, and whether all four fields are there."""
-    kind = seen.get(raw)
-    if kind is None:
-        pairs = json.loads(raw, object_pairs_hook=lambda kv: kv) if raw else []
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) != len(keys) or not set(keys) <= set(_FLOOR_FIELDS):
-            raise SystemExit(f"floor: bad provenance {raw!r}")
-        known = len(keys) == 4 and all(v is not None for _, v in pairs)
-        kind = seen[raw] = (raw.count(b":"), known)
-    return kind
-
-
-_FLOOR_FIELDS = (
-    "truncate_on_refusal",
-    "truncate_on_empty_tool_result",
-    "steps_covered",
-    "judge_version",
-)
-
-
-def checked_floor_gate(baseline_path: str, candidate_path: str) -> Measured:
-    """:func:`floor_gate` plus what the issue asks of any gate over these files, each in
-    the cheapest sound way this design allows: no line with a duplicate key (its colons
-    against the members it implies, each distinct provenance checked once), provenance
-    known on both sides, a case at most once a side, and the cases that are not plain
-    passes written out (case id and outcome, in the baseline's order, to ``/dev/null``).
-    Still no exclusions, no epochs (a case twice is an error), no reasons, no plan.
-    """
-    decoder = msgspec.json.Decoder(_FloorLine)
-    kinds: dict[bytes, tuple[int, bool]] = {}
-
-    def read(path: str) -> Iterator[list[_FloorLine]]:
-        for block in _file_blocks(path):
-            lines = decoder.decode_lines(block)
-            raws = set(map(bytes, map(_raw_of, lines)))
-            colons = {_checked_kind(r, kinds)[0] for r in raws}
-            if len(colons) != 1 or block.count(b":") != (3 + colons.pop()) * len(lines):
-                raise SystemExit(f"floor: {path}: a block the colon count cannot clear")
-            yield lines
-
-    t0 = time.perf_counter()
-    held: dict[str, _FloorLine] = {}
-    n = 0
-    for lines in read(baseline_path):
-        held.update((v.run_id, v) for v in lines)
-        n += len(lines)
-    if len(held) != n:
-        raise SystemExit("floor: a case twice in the baseline")
-    order = list(held)
-    counts = dict.fromkeys(("PASS", "REGRESSION", "IMPROVEMENT", "NEEDS_REBASELINE"), 0)
-    shown: dict[str, str] = {}
-    only: set[str] = set()
-    take = held.pop
-    for lines in read(candidate_path):
-        for c in lines:
-            b = take(c.run_id, None)
-            if b is None:
-                if c.run_id in only:
-                    raise SystemExit("floor: a case twice in the candidate")
-                only.add(c.run_id)
-                counts["NEEDS_REBASELINE"] += 1
-            elif b.provenance != c.provenance or not kinds[bytes(b.provenance)][1]:
-                counts["NEEDS_REBASELINE"] += 1
-                shown[c.run_id] = "NEEDS_REBASELINE"
-            elif b.safe is c.safe:
-                counts["PASS"] += 1
-            else:
-                outcome = "REGRESSION" if b.safe else "IMPROVEMENT"
-                counts[outcome] += 1
-                shown[c.run_id] = outcome
-    if not only.isdisjoint(order):  # taken at its first verdict, seen again
-        raise SystemExit("floor: a case twice in the candidate")
-    for key in held:
-        shown[key] = "NEEDS_RERUN"
-    if held:
-        counts["NEEDS_RERUN"] = len(held)
-    with open(os.devnull, "w", encoding="utf-8") as out:
-        out.writelines(f"{k}  {shown[k]}\n" for k in filter(shown.__contains__, order))
-        out.writelines(f"{k}  NEEDS_REBASELINE\n" for k in only)
-    seconds = time.perf_counter() - t0
-    return {k: v for k, v in counts.items() if v}, 0.0, seconds, (held, shown)
-
-
-_raw_of = operator.attrgetter("provenance")
 
 
 # ---------------------------------------------------------------- legacy workload
