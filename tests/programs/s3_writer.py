@@ -2,11 +2,13 @@
 
     s3_writer.py write URL             an output to URL, 1 MiB written, then waits
     s3_writer.py upload URL MIB        an output of MIB MiB, uploaded (prints first)
+    s3_writer.py stall URL MIB         as upload, but it stops for good once the first
+                                       part of its multipart upload is stored
     s3_writer.py record PREFIX ROOT    a sandbox recording into PREFIX: one episode
                                        whole, a second one begun, then waits
 
 Each prints one line when it reaches its point (``written``, ``uploading``,
-``recording SHARD``) and then waits to be killed. The S3 server is reached through the
+``part stored``, ``recording SHARD``) and then waits to be killed. The S3 server is reached through the
 standard ``AWS_*`` variables of the environment.
 """
 
@@ -38,6 +40,23 @@ def upload(url: str, mib: int) -> None:
         print("uploading", flush=True)  # the upload starts as the block ends
 
 
+def stall(url: str, mib: int) -> None:
+    """Pause the multipart upload after its first part, at a point the test can see."""
+    import s3fs
+
+    call = s3fs.S3FileSystem._call_s3
+
+    async def paused(self: s3fs.S3FileSystem, method: str, *args: object, **kw: object) -> object:
+        out = await call(self, method, *args, **kw)
+        if method == "upload_part":
+            print("part stored", flush=True)
+            await anyio.sleep(120)
+        return out
+
+    s3fs.S3FileSystem._call_s3 = paused  # type: ignore[method-assign]
+    upload(url, mib)
+
+
 async def record(prefix: str, root: str) -> None:
     from litmus_sandbox import Sandbox
 
@@ -57,6 +76,8 @@ def main(argv: list[str]) -> None:
         write(rest[0])
     elif what == "upload":
         upload(rest[0], int(rest[1]))
+    elif what == "stall":
+        stall(rest[0], int(rest[1]))
     elif what == "record":
         anyio.run(record, rest[0], rest[1])
     else:
