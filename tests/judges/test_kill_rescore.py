@@ -93,7 +93,10 @@ def test_random_kills_resend_at_most_the_steps_in_flight(tmp_path: Path) -> None
         step_key = {step: key for key, step in keys.items()}
         for _ in range(4):
             asked, answered, kept = len(endpoint.requests), len(judge.answered), stored(cache)
-            until = asked + rng.randint(1, (n - len(kept)) * 2 // 3)
+            left = n - len(kept)
+            if left < 3:  # a loaded machine let an earlier run get this far: no room to kill
+                break
+            until = asked + rng.randint(1, left * 2 // 3)
             proc = start(episodes, policy, cache, tmp_path / "killed.jsonl", **LONG_TTL)
             try:
                 wait_for(lambda: len(endpoint.requests) >= until, what="requests")  # noqa: B023
