@@ -394,8 +394,11 @@ class _ReaderMayLeave(io.RawIOBase):
     what is written is dropped, so the command finishes and exits with its own code (a
     REGRESSION stays exit 1), instead of stopping at the first write that fails."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, owner: object) -> None:
         self._fd = fd
+        #: The stream that owns ``fd``: held, so that collecting it cannot close ``fd``
+        #: (and a file opened later take its number) while this one still writes there.
+        self._owner = owner
         self.gone = False
 
     def writable(self) -> bool:
@@ -429,7 +432,7 @@ def _keep_going_without_a_reader() -> None:
         return  # not a real file (captured by a test harness): leave it
     old.flush()
     sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(_ReaderMayLeave(fd)),
+        io.BufferedWriter(_ReaderMayLeave(fd, old)),
         encoding=old.encoding,
         errors=old.errors,
         line_buffering=bool(old.line_buffering),

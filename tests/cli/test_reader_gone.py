@@ -60,3 +60,28 @@ def test_a_judge_calling_sys_exit_is_a_judge_failure(regression: Path) -> None:
     assert r.returncode == 6
     assert "judge_error" in r.stderr
     assert "the judge called sys.exit(0)" in r.stderr
+
+
+#: In-process use with standard output put on a file that nothing else holds; the
+#: command then opens files of its own (a spool past its memory) while it writes.
+IN_PROCESS = """
+import sys
+from litmus_sandbox._cli.main import main
+sys.stdout = open(sys.argv[1], "w")
+sys.argv = ["litmus-sandbox", "gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl"]
+sys.exit(main())
+"""
+
+
+def test_a_stdout_nothing_else_holds_keeps_its_file(regression: Path) -> None:
+    """The stream that owned standard output's file must outlive its replacement: were
+    it collected, its descriptor would close, a file opened later would take its number,
+    and the report would be written into that file instead."""
+    done = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, "report.txt"],
+        cwd=regression, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = (regression / "report.txt").read_text()
+    assert report.count("REGRESSION") >= 2000
+    assert report.rstrip().endswith("decision: REGRESSION (exit 1)")
