@@ -53,7 +53,7 @@ def stall(url: str, mib: int) -> None:
             await anyio.sleep(120)
         return out
 
-    s3fs.S3FileSystem._call_s3 = paused  # type: ignore[method-assign]
+    s3fs.S3FileSystem._call_s3 = paused
     upload(url, mib)
 
 
