@@ -38,12 +38,13 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._core.joins import Chunk
 from litmus_sandbox._model.errors import UpstreamError
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict, PolicyRecord
+from litmus_sandbox._store.duck_read import read_plain_legacy
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox._store.verdict_columns import WHOLE, Columns, Kinds, read_columns, to_columns
 
@@ -186,8 +187,29 @@ class DuckJoin:
         Raises:
             RecordDecodeError, NewerVersionError: a bad line, named ``file:line``.
         """
+        self._flush()
+
+        def plain(f: BinaryIO) -> bool:
+            import duckdb
+
+            try:
+                rows = read_plain_legacy(
+                    lambda: self._db, f, path, side, self._sizes[side], self.kinds, inputs
+                )
+            except duckdb.Error as e:  # out of memory, or of room for the spill
+                raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
+            if rows is not None:
+                self._sizes[side] += rows
+            return rows is not None
+
         read_columns(
-            path, self.kinds, lambda c: self._add(side, c), warnings, policies, inputs=inputs
+            path,
+            self.kinds,
+            lambda c: self._add(side, c),
+            warnings,
+            policies,
+            inputs=inputs,
+            try_first=plain,
         )
         self._flush()
 

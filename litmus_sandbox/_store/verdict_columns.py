@@ -33,6 +33,7 @@ import os
 import pickle
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import msgspec
 
@@ -177,10 +178,13 @@ def read_columns(
     *,
     max_line: int | None = None,
     inputs: SideInputs | None = None,
+    try_first: Callable[[BinaryIO], bool] | None = None,
 ) -> None:
     """Read a verdict file a block at a time into ``add``, in file order; its policy
     records go to ``policies``, a torn last line to ``warnings``, and what its verdicts
-    say of how they were made to ``inputs`` (the reports' inputs).
+    say of how they were made to ``inputs`` (the reports' inputs). ``try_first``: a reader
+    tried first on the open file, True when it took the whole file (the file is then
+    opened once whichever reads it).
 
     Raises:
         RecordDecodeError, NewerVersionError: as the readers (``_store/streams.py``).
@@ -188,6 +192,8 @@ def read_columns(
     p = os.fspath(path)
     legacy_kinds = LegacyKinds()
     with open_input(p) as f:
+        if try_first is not None and try_first(f):
+            return
         for first, block, lines in iter_blocks(f, p, max_line):
             if block.endswith(b"\n"):
                 columns = kinds.legacy_block(block, lines)
