@@ -32,7 +32,6 @@ when a gate runs, never at the command line's start.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,7 +45,14 @@ from litmus_sandbox._model.errors import UpstreamError
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict, PolicyRecord
 from litmus_sandbox._store.duck_read import read_plain_legacy
 from litmus_sandbox._store.streams import ReadWarning
-from litmus_sandbox._store.verdict_columns import WHOLE, Columns, Kinds, read_columns, to_columns
+from litmus_sandbox._store.verdict_columns import (
+    WHOLE,
+    Columns,
+    Kinds,
+    read_columns,
+    to_columns,
+    unseal,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -346,7 +352,7 @@ class DuckJoin:
         got = self._fetch(_ODD_PAGE, {"lo": at, "hi": at + rows})
         verdict = self.kinds.verdict
         made = [
-            verdict(k, s, c) if c != WHOLE else pickle.loads(r)
+            verdict(k, s, c) if c != WHOLE else unseal(r)
             for k, s, c, r in zip(
                 got["key"].tolist(),
                 got["safe"].tolist(),
