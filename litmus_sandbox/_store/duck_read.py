@@ -44,7 +44,7 @@ from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._model.records import LegacyProvenance
 from litmus_sandbox._store.files import max_line_bytes
 from litmus_sandbox._store.locations import local_path
-from litmus_sandbox._store.verdict_columns import Kinds
+from litmus_sandbox._store.verdict_columns import Kinds, legacy_line
 
 if TYPE_CHECKING:
     import duckdb
@@ -86,17 +86,6 @@ _INSERT = """
 INSERT INTO verdicts (side, pos, key, safe, code)
 SELECT $side, $start + p.rowid, p.key, p.safe, k.code FROM plain p JOIN kinds k ON p.h = k.h
 """
-
-
-class _Line(msgspec.Struct, gc=False):
-    """A legacy line, its provenance undecoded (its members are counted)."""
-
-    run_id: str
-    safe: bool
-    provenance: msgspec.Raw = msgspec.Raw()
-
-
-_line = msgspec.json.Decoder(_Line)
 
 
 @dataclass
@@ -248,7 +237,7 @@ def _prove(
         if bad or first >= found.newlines:
             return None
         try:
-            raw = bytes(_line.decode(found.line(fd, first)).provenance)
+            raw = bytes(legacy_line.decode(found.line(fd, first)).provenance)
             p = _provenance.decode(raw) if raw else LegacyProvenance()
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None

@@ -51,7 +51,16 @@ from litmus_sandbox._model.records import (
 from litmus_sandbox._store.files import iter_blocks, open_input
 from litmus_sandbox._store.streams import ReadWarning, verdict_block
 
-__all__ = ["WHOLE", "Columns", "Kinds", "read_columns", "seal", "to_columns", "unseal"]
+__all__ = [
+    "WHOLE",
+    "Columns",
+    "Kinds",
+    "legacy_line",
+    "read_columns",
+    "seal",
+    "to_columns",
+    "unseal",
+]
 
 #: The code of a verdict kept whole.
 WHOLE = -1
@@ -64,7 +73,8 @@ class _LegacyLine(msgspec.Struct, gc=False):
     provenance: msgspec.Raw = msgspec.Raw()
 
 
-_line_decoder = msgspec.json.Decoder(_LegacyLine)
+#: A legacy line, its provenance left undecoded (``msgspec.Raw``).
+legacy_line = msgspec.json.Decoder(_LegacyLine)
 _provenance_decoder = msgspec.json.Decoder(LegacyProvenance)
 _run_id = operator.attrgetter("run_id")
 _safe = operator.attrgetter("safe")
@@ -122,7 +132,7 @@ class Kinds:
         if not n or not min(lines[:n]).startswith(b"{"):
             return None
         try:
-            records = _line_decoder.decode_lines(block)
+            records = legacy_line.decode_lines(block)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
         if len(records) != n:
