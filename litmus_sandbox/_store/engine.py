@@ -155,6 +155,8 @@ class DuckJoin:
         except duckdb.Error as e:
             raise UpstreamError(f"the gate's join engine (DuckDB) could not start: {e}") from e
         self._connection = db
+        # DuckDB draws a bar on standard output for a long query: where the report goes.
+        db.execute("SET enable_progress_bar = false")
         db.execute(_SCHEMA)
         if self._exclusions:
             self._append("excluded", {"key": _objects(self._exclusions)})

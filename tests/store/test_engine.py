@@ -4,6 +4,8 @@ in-memory join gives; its spill folder private and removed."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +80,22 @@ def test_the_spill_folder_is_private_and_removed(tmp_path: Path, monkeypatch: An
         assert oct((tmp_path / folder).stat().st_mode & 0o777) == "0o700"
         join.add_verdicts(0, [legacy("a")])
     assert os.listdir(tmp_path) == []
+
+
+_SETTING = """
+from litmus_sandbox._model.records import LegacyVerdict
+from litmus_sandbox._store.engine import DuckJoin
+with DuckJoin(memory_budget=1 << 26) as join:
+    join.add_verdicts(0, [LegacyVerdict(run_id="a", safe=True)])
+    print(join._db.execute("SELECT current_setting('enable_progress_bar')").fetchall())
+"""
+
+
+def test_duckdb_never_draws_its_progress_bar_where_the_report_goes() -> None:
+    """DuckDB draws a bar on standard output for a query past two seconds (a gate at
+    ten million pairs has several): the report goes there too. (In a process of its own:
+    DuckDB leaves the bar off by default under pytest.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTING], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "[(False,)]\n"
