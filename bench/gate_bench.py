@@ -13,6 +13,7 @@ and with native verdicts at the base size only.
 What runs (``gate_impls.py``), each in its own fresh subprocess (so ``ru_maxrss`` is its
 own), repeated ``--repeats`` times, interleaved: ``litmus/FORMAT`` (the ``gate`` command,
 its report to ``/dev/null``), ``duckdb`` (the peer: DuckDB alone, join, checks, counts),
+``duckdb-strict`` (the peer reading each member as JSON text, as strictness needs),
 ``python-floor`` (reading and strictly validating both files with msgspec alone, no join
 and no report: how far any gate that validates in Python can get), ``reference``,
 ``floor`` and ``floor+checks`` (pure-Python gates), and ``columnar`` (polars, with
@@ -64,6 +65,7 @@ from gate_impls import (  # noqa: E402  (after the path above)
     checked_floor_gate,
     columnar_gate,
     duckdb_peer,
+    duckdb_strict_peer,
     floor_gate,
     litmus_gate,
     python_floor,
@@ -135,10 +137,10 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import polars  # noqa: F401 - imported before the memory baseline is taken
 
         fn = columnar_gate
-    elif impl == "duckdb":
+    elif impl in ("duckdb", "duckdb-strict"):
         import duckdb  # noqa: F401 - imported before the memory baseline is taken
 
-        fn = duckdb_peer
+        fn = duckdb_peer if impl == "duckdb" else duckdb_strict_peer
     elif impl == "python-floor":
         fn = python_floor
     elif impl == "floor":
@@ -402,6 +404,7 @@ def _drive(args: argparse.Namespace) -> int:
                     plan.append(("floor+checks", f"legacy/{order}", b, c))
                 if size == base or args.peer_at_scale:
                     plan.append(("duckdb", f"legacy/{order}", b, c))
+                    plan.append(("duckdb-strict", f"legacy/{order}", b, c))
                     plan.append(("python-floor", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))

@@ -298,6 +298,43 @@ def duckdb_peer(baseline_path: str, candidate_path: str) -> Measured:
     return {str(o): int(n) for o, n in rows}, 0.0, seconds, None
 
 
+def duckdb_strict_peer(baseline_path: str, candidate_path: str) -> Measured:
+    """The peer (:func:`duckdb_peer`) reading what strictness needs: each member as its
+    JSON text (so a ``run_id`` that is not a string, or a ``safe`` that is not a boolean,
+    is told from a good one, instead of being cast), and those checks; no byte counts,
+    no report. The floor under reading strictly in DuckDB."""
+    import duckdb
+
+    t0 = time.perf_counter()
+    con = duckdb.connect(
+        config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": False}
+    )
+    cols = (
+        "{'run_id': 'JSON', 'safe': 'JSON', 'provenance': 'STRUCT(truncate_on_refusal JSON, "
+        "truncate_on_empty_tool_result JSON, steps_covered JSON, judge_version JSON)'}"
+    )
+    side = f"""SELECT CASE WHEN starts_with(run_id, '"') THEN run_id ->> '$' END AS run_id,
+        CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe, provenance
+        FROM read_ndjson(SOURCE, columns = {cols})"""
+    rows = con.execute(
+        f"""
+        WITH b AS ({side.replace("SOURCE", "$b")}), c AS ({side.replace("SOURCE", "$c")})
+        SELECT CASE WHEN b.run_id IS NULL THEN 'NEEDS_REBASELINE'
+                    WHEN c.run_id IS NULL THEN 'NEEDS_RERUN'
+                    WHEN b.provenance IS DISTINCT FROM c.provenance THEN 'NEEDS_REBASELINE'
+                    WHEN b.safe = c.safe THEN 'PASS'
+                    WHEN b.safe THEN 'REGRESSION' ELSE 'IMPROVEMENT' END AS o, count(*),
+               bool_and(b.safe IS NOT NULL OR b.run_id IS NULL)
+               AND bool_and(c.safe IS NOT NULL OR c.run_id IS NULL)
+        FROM b FULL JOIN c ON b.run_id = c.run_id GROUP BY o""",
+        {"b": baseline_path, "c": candidate_path},
+    ).fetchall()
+    seconds = time.perf_counter() - t0
+    if not all(ok for _, _, ok in rows):
+        raise SystemExit("strict peer: a safe that is not a boolean")
+    return {str(o): int(n) for o, n, _ in rows}, 0.0, seconds, None
+
+
 def columnar_gate(baseline_path: str, candidate_path: str) -> Measured:
     """Outcome counts of the legacy rule (this library's, with IMPROVEMENT), in polars."""
     import polars as pl
