@@ -23,9 +23,10 @@ inside strings, unknown keys, ``null`` members and trailing commas only add to t
 counts. So when the file's newlines equal the rows, its colons and commas equal those
 the rows' members imply, no line has anything else, and no line was skipped.
 
-The rows then go in with their codes (``verdict_columns.Kinds``) and their positions in
-the side's stream: the scan that keeps them preserves the file's order, so a row's
-``rowid`` is its line. The byte counts are taken by NumPy in a thread while DuckDB
+The rows stay in a table of their own, in the file's order (the scan that keeps them
+preserves it, so a row's ``rowid`` is its line), beside a small table of each
+provenance's code (``verdict_columns.Kinds``): the engine reads them through a view,
+never copying them. The byte counts are taken by NumPy in a thread while DuckDB
 scans (both leave the GIL), a slice of the file at a time.
 """
 
@@ -71,7 +72,7 @@ _SOURCE = (
 # that is not a boolean, is NULL; the provenance is known by a hash of its members' JSON
 # text (and of whether it is there at all).
 _ROWS = f"""
-CREATE TEMP TABLE plain AS
+CREATE TABLE __table__ AS
 SELECT CASE WHEN starts_with(run_id, '"') THEN run_id ->> '$' END AS key,
        CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe,
        hash(provenance, provenance IS NULL) AS h
@@ -80,11 +81,7 @@ FROM {_SOURCE}
 # Each distinct provenance: its hash, its first line, its rows, and whether any of them
 # is bad.
 _KINDS = """
-SELECT h, min(rowid), count(*), bool_or(key IS NULL OR safe IS NULL) FROM plain GROUP BY h
-"""
-_INSERT = """
-INSERT INTO verdicts (side, pos, key, safe, code)
-SELECT $side, $start + p.rowid, p.key, p.safe, k.code FROM plain p JOIN kinds k ON p.h = k.h
+SELECT h, min(rowid), count(*), bool_or(key IS NULL OR safe IS NULL) FROM __table__ GROUP BY h
 """
 
 
@@ -110,15 +107,15 @@ def read_plain_legacy(
     connect: Callable[[], duckdb.DuckDBPyConnection],
     f: BinaryIO,
     path: str,
-    side: int,
-    start: int,
+    table: str,
     kinds: Kinds,
     inputs: SideInputs | None = None,
 ) -> int | None:
-    """Append the file ``path``, open as ``f``, to the ``verdicts`` table of the DuckDB
-    ``connect`` gives (called only for a file that may be plain; side ``side``,
-    positions from ``start`` on) if it is plain legacy verdicts (see the module
-    docstring): the number of rows; else None, with nothing appended (a file DuckDB
+    """Read the file ``path``, open as ``f``, into the table ``table`` of the DuckDB
+    ``connect`` gives (called only for a file that may be plain) if it is plain legacy
+    verdicts (see the module docstring): its rows (``key``, ``safe``, ``h``; ``rowid``
+    the line, from 0) and ``{table}_kinds`` (``h``, ``code``: each provenance's code in
+    ``kinds``). The number of rows; else None, and no table is left (a file DuckDB
     refuses included: the readers then say what is wrong with it).
 
     Raises:
@@ -145,8 +142,8 @@ def read_plain_legacy(
         counting = False
     try:
         db.execute("SET preserve_insertion_order = true")  # rowid: the line
-        db.execute(_ROWS, {"path": local})
-        groups = db.execute(_KINDS).fetchall()
+        db.execute(_ROWS.replace("__table__", table), {"path": local})
+        groups = db.execute(_KINDS.replace("__table__", table)).fetchall()
     except duckdb.Error:
         groups = None  # not JSON lines: the readers will say where
     finally:
@@ -155,6 +152,7 @@ def read_plain_legacy(
             counter.join()
         else:
             _count(fd, size, found)
+    taken = False
     try:
         if isinstance(found.error, MemoryError):
             return None  # the readers need less at a time
@@ -166,14 +164,16 @@ def read_plain_legacy(
         if proven is None:
             return None
         codes, provenances, rows = proven
-        db.register("kinds", codes)
+        db.register("proven_kinds", codes)
         try:
-            db.execute(_INSERT, {"side": side, "start": start})
+            db.execute(f"CREATE TABLE {table}_kinds AS SELECT h, code FROM proven_kinds")
         finally:
-            db.unregister("kinds")
+            db.unregister("proven_kinds")
+        taken = True
     finally:
         found.ends = None
-        db.execute("DROP TABLE IF EXISTS plain")
+        if not taken:
+            db.execute(f"DROP TABLE IF EXISTS {table}")
     if inputs is not None:
         inputs.add_legacy(rows, provenances)
     return rows

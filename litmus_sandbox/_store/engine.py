@@ -5,7 +5,8 @@ Theory of operation
 The verdict files are read into columns (``_store/verdict_columns.py``: as strictly as the
 readers, every bad line named ``file:line``) and appended to one DuckDB table, a row a
 verdict: side (0 the baseline, 1 the candidate), its position in its side's stream, case
-id, ``safe`` and code. Verdicts that cannot be made again from their columns are kept
+id, ``safe`` and code; a file DuckDB can read itself (``_store/duck_read.py``) stays in a
+table of its own, and the view ``verdicts`` joins them all. Verdicts that cannot be made again from their columns are kept
 whole in a second table, by side and position.
 
 :meth:`DuckJoin.chunks` then lets SQL do the set work in one group-by on the case id:
@@ -68,7 +69,7 @@ CHUNK = 16_384
 _MIN_LIMIT = 64 << 20
 
 _SCHEMA = """
-CREATE TABLE verdicts (side UTINYINT, pos UBIGINT, key VARCHAR, safe BOOLEAN, code INTEGER);
+CREATE TABLE decoded (side UTINYINT, pos UBIGINT, key VARCHAR, safe BOOLEAN, code INTEGER);
 CREATE TABLE whole (side UTINYINT, pos UBIGINT, rec BLOB);
 CREATE TABLE excluded (key VARCHAR);
 """
@@ -127,6 +128,8 @@ class DuckJoin:
         self._sizes = [0, 0]
         self._pending: list[tuple[int, Columns]] = []
         self._pending_rows = 0
+        #: The view ``verdicts``: the verdicts decoded here, and each file DuckDB read.
+        self._parts = ["SELECT side, pos, key, safe, code FROM decoded"]
         self._connection: duckdb.DuckDBPyConnection | None = None
         #: Plain passes counted in SQL (known once :meth:`chunks` is consumed).
         self.passes = 0
@@ -200,15 +203,19 @@ class DuckJoin:
         def plain(f: BinaryIO) -> bool:
             import duckdb
 
+            table = f"plain{len(self._parts)}"
             try:
-                rows = read_plain_legacy(
-                    lambda: self._db, f, path, side, self._sizes[side], self.kinds, inputs
-                )
+                rows = read_plain_legacy(lambda: self._db, f, path, table, self.kinds, inputs)
             except duckdb.Error as e:  # out of memory, or of room for the spill
                 raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
-            if rows is not None:
-                self._sizes[side] += rows
-            return rows is not None
+            if rows is None:
+                return False
+            self._parts.append(
+                f"SELECT {side}::UTINYINT, ({self._sizes[side]} + p.rowid)::UBIGINT, p.key, "
+                f"p.safe, k.code FROM {table} p JOIN {table}_kinds k ON p.h = k.h"
+            )
+            self._sizes[side] += rows
+            return True
 
         read_columns(
             path,
@@ -252,7 +259,7 @@ class DuckJoin:
             safe = chain.from_iterable(c.safe for c in parts)
             codes = chain.from_iterable(c.codes for c in parts)
             self._append(
-                "verdicts",
+                "decoded",
                 {
                     "side": np.full(n, side, dtype=np.uint8),
                     "pos": np.arange(start, start + n, dtype=np.uint64),
@@ -297,6 +304,7 @@ class DuckJoin:
         sides), a side being a verdict, a list of verdicts (epochs) or None. ``plain``:
         the plain passes too; without it they are counted in :attr:`passes`."""
         self._flush()
+        self._run(f"CREATE OR REPLACE VIEW verdicts AS {' UNION ALL '.join(self._parts)}")
         self._run("SET preserve_insertion_order = true")  # ``todo`` and ``odd`` in order
         where = "" if plain else _NOT_PLAIN
         self._run(_TODO.format(where=where), {"baseline": self._sizes[0]})
