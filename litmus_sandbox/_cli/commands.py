@@ -36,7 +36,7 @@ from litmus_sandbox._runtime.scorer import (
 )
 from litmus_sandbox._store.exclusions import load_exclusions
 from litmus_sandbox._store.files import check_output
-from litmus_sandbox._store.locations import display, is_remote
+from litmus_sandbox._store.locations import display, is_remote, on_disk
 from litmus_sandbox._store.step_cache import StepCache, open_cache
 from litmus_sandbox._store.streams import ReadWarning, VerdictStream, iter_episodes
 from litmus_sandbox.judges import ScoringConfig, load_policy
@@ -107,15 +107,16 @@ def _check_output(output: str, inputs: Sequence[str | None], *, flag: str = "-o"
         if output in inputs:
             raise LitmusError(f"{flag} {display(output)} is also an input: write somewhere else")
         return
-    if os.path.isdir(output):
+    target = on_disk(output)  # a file:// URL is the file it names
+    if os.path.isdir(target):
         raise LitmusError(f"{flag} {output}: is a directory (give a file to write)")
-    if not os.path.exists(output):
+    if not os.path.exists(target):
         return
     for path in inputs:
         if path is None:
             continue
         try:
-            same = os.path.samefile(output, path)
+            same = os.path.samefile(target, on_disk(path))
         except OSError:
             continue  # an input that cannot be opened is reported when it is read
         if same:
@@ -134,7 +135,7 @@ def _check_distinct(paths: Sequence[str]) -> None:
     seen: dict[tuple[int, int], str] = {}
     for path in paths:
         try:
-            st = os.stat(path)
+            st = os.stat(on_disk(path))
         except OSError:
             continue  # reported when it is read
         key = (st.st_dev, st.st_ino)

@@ -28,7 +28,15 @@ from contextvars import ContextVar
 from typing import Literal
 
 from litmus_sandbox._model.errors import LitmusError, RecordDecodeError
-from litmus_sandbox._store.locations import SUFFIX, Kind, display, has_magic, is_remote, local_path
+from litmus_sandbox._store.locations import (
+    SUFFIX,
+    Kind,
+    display,
+    has_magic,
+    is_remote,
+    local_path,
+    on_disk,
+)
 from litmus_sandbox._store.sets import expand
 from litmus_sandbox._store.streams import holds_no_record
 
@@ -126,13 +134,13 @@ def refuse_same_file(
     seen: dict[tuple[int, int], str] = {}
     for path in a_paths:
         try:
-            st = os.stat(path)
+            st = os.stat(on_disk(path))  # a file:// URL is the file it names
         except OSError:
             continue  # reported when it is read
         seen.setdefault((st.st_dev, st.st_ino), path)
     for path in b_paths:
         try:
-            st = os.stat(path)
+            st = os.stat(on_disk(path))
         except OSError:
             continue
         other = seen.get((st.st_dev, st.st_ino))

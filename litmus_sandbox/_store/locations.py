@@ -42,6 +42,7 @@ __all__ = [
     "is_remote",
     "local_path",
     "name_of",
+    "on_disk",
 ]
 
 Kind = Literal["episodes", "verdicts"]
@@ -69,6 +70,15 @@ def scheme(location: str) -> str | None:
 def is_remote(location: str | os.PathLike[str]) -> bool:
     """Whether ``location`` is a URL opened through fsspec (not a path, not ``file://``)."""
     return isinstance(location, str) and scheme(location) not in (None, "file")
+
+
+def on_disk(location: str) -> str:
+    """The local path a path or ``file://`` URL names, for comparing files (``location``
+    itself for any other URL, or a URL the readers will refuse)."""
+    try:
+        return local_path(location) or location
+    except ConfigError:
+        return location
 
 
 def local_path(location: str | os.PathLike[str]) -> str | None:

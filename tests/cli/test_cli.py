@@ -335,6 +335,12 @@ def test_output_never_destroys_an_input(suite: Path) -> None:
     assert (r.returncode, r.stderr.count("\n")) == (2, 1)
     assert "is also an input" in r.stderr
     assert (suite / "c.jsonl").read_bytes() == verdicts
+    url = (suite / "c.jsonl").resolve().as_uri()  # the same file, named by a URL
+    for flag in ("-o", "--html"):
+        r = run("gate", "--baseline", "b.jsonl", "--candidate", "c.jsonl", flag, url, cwd=suite)
+        assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
+        assert "is also an input" in r.stderr
+        assert (suite / "c.jsonl").read_bytes() == verdicts
     r = run(
         "rebaseline", "--episodes", episodes.name, "--like", "c.jsonl", "-o", "c.jsonl", cwd=suite
     )
@@ -352,6 +358,23 @@ def test_a_file_given_twice_is_refused(suite: Path) -> None:
     assert "given twice" in r.stderr
     run("score", ep, "--policy", "policy.toml", "-o", "c.jsonl", cwd=suite)
     r = run("gate", "--baseline", "c.jsonl", "--candidate", "c.jsonl", "c.jsonl", cwd=suite)
+    assert r.returncode == 2
+    assert "given twice" in r.stderr
+    url = (suite / "c.jsonl").resolve().as_uri()
+    r = run(
+        "score",
+        ep,
+        (suite / ep).resolve().as_uri(),
+        "--policy",
+        "policy.toml",
+        "-o",
+        "d.jsonl",
+        cwd=suite,
+    )
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "given twice" in r.stderr
+    (suite / "b2.jsonl").write_bytes((suite / "c.jsonl").read_bytes())  # another run
+    r = run("gate", "--baseline", "b2.jsonl", "--candidate", "c.jsonl", url, cwd=suite)
     assert r.returncode == 2
     assert "given twice" in r.stderr
     # The same file on both sides is refused too (tests/cli/test_inputs.py): a run

@@ -204,9 +204,12 @@ def test_show_without_the_flag_still_names_a_file_with_only_a_torn_line(
 
 
 def _same(tmp_path: Path, target: str, how: str) -> str:
-    """``target`` by another name: the same path, a symbolic link or a hard link."""
+    """``target`` by another name: the same path, a ``file://`` URL, a symbolic link or a
+    hard link."""
     if how == "path":
         return target
+    if how == "file URL":
+        return Path(target).resolve().as_uri()
     other = tmp_path / f"{how} to {Path(target).name}"
     if how == "symlink":
         other.symlink_to(target)
@@ -215,7 +218,7 @@ def _same(tmp_path: Path, target: str, how: str) -> str:
     return str(other)
 
 
-@pytest.mark.parametrize("how", ["path", "symlink", "hard link"])
+@pytest.mark.parametrize("how", ["path", "file URL", "symlink", "hard link"])
 def test_a_gate_refuses_the_same_file_on_both_sides(
     tmp_path: Path, good: dict[str, str], capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
