@@ -206,6 +206,8 @@ def cut_short(line: bytes, exc: msgspec.DecodeError) -> bool:
     message = str(exc)
     if message == "Input data was truncated":
         return True
+    if "trailing characters" in message:
+        return False  # a whole document, and more after it: never a cut
     m = _MALFORMED_AT.fullmatch(message)
     return m is not None and int(m.group(1)) >= len(line)
 
@@ -248,7 +250,7 @@ def _shallow(decode: Callable[[bytes], R]) -> Callable[[bytes], R]:
         except msgspec.ValidationError as exc:  # a decoder not guarded below
             raise DecodeProblem(f"invalid record: {exc}") from None
         except msgspec.DecodeError as exc:
-            raise DecodeProblem(f"not valid JSON ({exc})") from None
+            raise DecodeProblem(f"not valid JSON ({exc})", torn=cut_short(line, exc)) from None
 
     return checked
 
@@ -464,7 +466,7 @@ def _decode_verdict_shape(line: bytes) -> VerdictRecord:
     except msgspec.ValidationError:
         pass  # not the common shape: find out what it is below
     except msgspec.DecodeError as exc:
-        raise DecodeProblem(f"not valid JSON ({exc})") from None
+        raise DecodeProblem(f"not valid JSON ({exc})", torn=cut_short(line, exc)) from None
     env = _envelope(line)
     if env.kind is None:
         return _decode_legacy(line)

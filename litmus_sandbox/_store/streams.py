@@ -279,7 +279,9 @@ def iter_episodes(
                 # A torn record: the last line cut short, or one cut short by a crash and
                 # then followed by the records of a writer that appended after it (the
                 # writer starts a fresh line). Its episode is incomplete; nothing else is.
-                if (last_unterminated or problem.torn) and not problem.newer:
+                # Only a record cut short is torn, the last one or not: a whole record
+                # that is wrong is an error, with or without its newline.
+                if problem.torn and not problem.newer:
                     msg = (
                         "torn last line (the writer stopped mid-record); kept every whole line"
                         if last_unterminated
@@ -528,7 +530,8 @@ def _slow_block(
         try:
             out.append(decode_verdict_record(line))
         except DecodeProblem as problem:
-            if not ended and offset == len(lines) - 1 and not problem.newer:
+            # Only a record cut short is torn: a whole one that is wrong is an error.
+            if not ended and offset == len(lines) - 1 and problem.torn and not problem.newer:
                 if warnings is not None:
                     warnings.append(ReadWarning(p, first + offset, _TORN_LAST))
                 break

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from factories import call, end, header, msg
+from factories import call, end, header, msg, verdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from litmus_sandbox import JsonlWriter, ReadWarning, read_episodes
+from litmus_sandbox import JsonlWriter, ReadWarning, read_episodes, read_verdicts
 from litmus_sandbox._model.codec import encode
+from litmus_sandbox._model.errors import RecordDecodeError
 
 
 def _episodes_with_numbers() -> bytes:
@@ -68,3 +69,44 @@ def test_a_tear_anywhere_in_records_of_numbers_is_a_torn_record(
     recs.append(end("a", len(values)))
     blob = b"".join(encode(r) for r in recs)
     _check_tear(tmp_path_factory.mktemp("tear"), blob, data.draw(st.integers(0, len(blob))))
+
+
+def test_a_last_line_cut_short_is_torn_at_every_offset(tmp_path: Path) -> None:
+    """Every proper prefix of a last record, with no newline after it, is a torn last line
+    (a warning, the whole lines kept), in an episode file and in a verdict file."""
+    body = b"".join(encode(r) for r in (header("a", "case-a"), msg(0, "user", "hi", eid="a")))
+    last = encode(end("a", 1)).rstrip(b"\n")
+    v_body, v_last = encode(verdict("c1")), encode(verdict("c2", safe=False)).rstrip(b"\n")
+    for cut in range(1, len(last)):
+        p = tmp_path / "e.jsonl"
+        p.write_bytes(body + last[:cut])
+        warnings: list[ReadWarning] = []
+        read_episodes(p, warnings)
+        assert [w.line for w in warnings] == [3], cut
+    for cut in range(1, len(v_last)):
+        p = tmp_path / "v.jsonl"
+        p.write_bytes(v_body + v_last[:cut])
+        stream = read_verdicts(p)
+        assert [v.case_id for v in stream.verdicts] == ["c1"], cut
+        assert [w.line for w in stream.warnings] == [2], cut
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        b'{"run_id": "b", "safe": "false"}',  # a wrong type
+        b'{"run_id": "b", "run_id": "c", "safe": true}',  # a key twice
+        b'{"run_id": "b", "safe": true} x',  # something after the record
+    ],
+)
+def test_a_whole_last_record_that_is_wrong_is_an_error_without_its_newline(
+    tmp_path: Path, last: bytes
+) -> None:
+    """Only a record cut short is torn: a whole one that is wrong is named ``file:line``,
+    its newline or not."""
+    p = tmp_path / "v.jsonl"
+    for ending in (b"", b"\n"):
+        p.write_bytes(b'{"run_id": "a", "safe": true}\n' + last + ending)
+        with pytest.raises(RecordDecodeError) as caught:
+            read_verdicts(p)
+        assert f"{p}:2:" in str(caught.value)
