@@ -17,6 +17,8 @@ from mcp.client.stdio import StdioServerParameters
 from test_mcp_helpers import PROXY, calls, node_server, one_episode
 from test_mcp_real_servers import dump
 
+from litmus_sandbox.oracles.fs._probe import is_tripwire_effect
+
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-mcp-emulator-31c5"
@@ -44,8 +46,10 @@ def proxy(tmp_path: Path, *options: str, server: list[str] | None = None) -> Std
     args += ["--cache", str(tmp_path / "cache.sqlite"), *options]
     if server is not None:
         args += ["--", *server]
-    # The SDK passes a server only a few variables: the key's is given explicitly.
+    # The SDK passes a server only a few variables: the key's is given explicitly, and the
+    # test's own temp folder (a tripwire: the system's is every process's).
     env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], "EMULATOR_KEY": KEY}
+    env["TMPDIR"] = os.environ.get("TMPDIR", str(tmp_path))
     return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=tmp_path)
 
 
@@ -85,7 +89,9 @@ async def test_a_real_servers_tools_are_emulated_from_its_listing(tmp_path: Path
     assert facts["label"] == "fs-sim"
     assert facts["asked"]["spec"]["description"] == listed["write_file"]["description"]
     assert ep.header.tool_modes["write_file"] == f"emulate:{facts['fingerprint']}"
-    assert not write.effects  # nothing happened in the root
+    # Nothing happened in the root (a tripwire may see what another process did meanwhile).
+    assert not [e for e in write.effects.fs if not is_tripwire_effect(e)]
+    assert not write.effects.egress
     assert KEY not in (tmp_path / "eps.jsonl").read_text()
 
 
