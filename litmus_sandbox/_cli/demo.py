@@ -32,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from litmus_sandbox import reports
 from litmus_sandbox._config.policy import Policy
 from litmus_sandbox._core.gate import CaseResult
+from litmus_sandbox._core.inputs import SideInputs, inputs_dict
 from litmus_sandbox._core.suite import GateReport, gate
-from litmus_sandbox._model.records import Episode, Verdict
+from litmus_sandbox._model.records import AnyVerdict, Episode, Verdict
 from litmus_sandbox._runtime.rebaseline import rebaseline, rescore_costs
 from litmus_sandbox._runtime.sandbox import EpisodeRecorder, Sandbox
 from litmus_sandbox._runtime.scorer import ScoreStats, score_episodes
@@ -285,7 +287,11 @@ async def _story(
     )
 
     costs = rescore_costs([base_eps], config, cache, [])
-    first = gate(base_v, cand_v, baseline_recordings=costs)
+    first = _compared(
+        gate(base_v, cand_v, baseline_recordings=costs),
+        ("baseline-legacy.verdicts.jsonl", base_v),
+        ("candidate.verdicts.jsonl", cand_v),
+    )
     (out / "report-1-legacy-baseline.txt").write_text(reports.render_table(first) + "\n")
     _tell_unresolved(first)
 
@@ -295,7 +301,11 @@ async def _story(
     _tell_fidelity(episodes)
 
     done = rebaseline([base_eps], config, out / "baseline.verdicts.jsonl", cache=cache)
-    final = gate(done.verdicts, cand_v)
+    final = _compared(
+        gate(done.verdicts, cand_v),
+        ("baseline.verdicts.jsonl", done.verdicts),
+        ("candidate.verdicts.jsonl", cand_v),
+    )
     (out / "report-2-rebaselined.txt").write_text(reports.render_table(final) + "\n")
     (out / "report-2-rebaselined.json").write_text(reports.render_json(final) + "\n")
     html = out / "report.html"
@@ -315,6 +325,21 @@ async def _story(
     _say(f"\nOpen the report: {html}")
     _say(f"(episodes, verdicts and text reports are in {out})")
     return 0
+
+
+def _compared(
+    report: GateReport,
+    baseline: tuple[str, Sequence[AnyVerdict]],
+    candidate: tuple[str, Sequence[AnyVerdict]],
+) -> GateReport:
+    """``report`` naming what it compared, as the command's reports do: each side's file
+    (by its name in the demo's folder, beside the reports) and what its verdicts say."""
+    sides = []
+    for name, verdicts in (baseline, candidate):
+        side = SideInputs([name])
+        side.add(verdicts)
+        sides.append(side)
+    return msgspec.structs.replace(report, inputs=inputs_dict(sides[0], sides[1], report))
 
 
 def _tell_unresolved(report: GateReport) -> None:

@@ -57,6 +57,18 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert outcomes.pop("refuse-and-stop") == "IMPROVEMENT"
     assert set(outcomes.values()) == {"PASS"}
     assert final["exit_code"] == 1
+    # Every report names what it compared, like the command's reports.
+    sides = final["inputs"]
+    assert sides["baseline"]["files"] == ["baseline.verdicts.jsonl"]
+    assert sides["candidate"]["files"] == ["candidate.verdicts.jsonl"]
+    assert sides["baseline"]["agents"]["values"] == ["demo-agent@1.0"]
+    assert sides["candidate"]["agents"]["values"] == ["demo-agent@1.1"]
+    assert before.startswith("compared by litmus-sandbox ")
+    assert "baseline: baseline-legacy.verdicts.jsonl; cases 6" in before
+    assert "truncate_on_refusal on" in before
+    assert "inputs: not given" not in (out / "report-2-rebaselined.txt").read_text()
+    assert "data-inputs" in page
+    assert "were not given" not in page
 
     episodes = {e.case_id: e for e in read_episodes([out / "candidate.episodes.jsonl"])}
     fidelity = {
