@@ -16,19 +16,24 @@ and a browser, and there it must stay data:
 - :func:`json_inert`: JSON text (UTF-8) with the invisible and control characters that
   JSON leaves raw (DEL, C1, bidi, zero-width, separators) written as ``\\uXXXX`` escapes:
   the same values, but nothing acts on a terminal that prints the report.
+- :func:`for_html`: text for an HTML text node or attribute written by the server: the
+  terminal's escapes, then HTML's (``<``, ``&``, quotes), so nothing becomes markup and
+  nothing invisible reorders the page.
 - :func:`clip`: a long field cut visibly, ``…(+N chars)``, so what follows it on a line
   (the UNSAFE mark, the arguments, the evidence) stays on screen.
 
-HTML is written through text nodes only (``reports/_html*``); the JSON formats keep the
-full values. Pure functions: no I/O.
+The HTML page writes recorded text through :func:`for_html`, or through text nodes that
+its script fills the same way (``reports/_html*``); the JSON formats keep the full
+values. Pure functions: no I/O.
 """
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 
-__all__ = ["clip", "for_terminal", "json_inert", "md_code"]
+__all__ = ["clip", "for_html", "for_terminal", "json_inert", "md_code"]
 
 #: Characters a terminal or a renderer may act on, or that hide or reorder text: controls,
 #: format characters (bidi, zero-width, tags), separators, surrogates, unassigned.
@@ -77,6 +82,12 @@ def for_terminal(text: str, *, lines: bool = False) -> str:
         elif text.isprintable():
             return text
     return (_CANDIDATES_OR_LINES if lines else _CANDIDATES).sub(_visible, text)
+
+
+def for_html(text: str) -> str:
+    """``text`` for HTML, inert: :func:`for_terminal`'s visible escapes, then ``<``, ``>``,
+    ``&`` and both quotes as character references (safe in an attribute too)."""
+    return html.escape(for_terminal(text), quote=True)
 
 
 def clip(text: str, limit: int) -> str:

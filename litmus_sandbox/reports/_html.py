@@ -36,7 +36,7 @@ import msgspec
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._core.suite import GateSummary
-from litmus_sandbox._model.safe_text import for_terminal
+from litmus_sandbox._model.safe_text import for_html
 from litmus_sandbox._store.streams import iter_episodes
 from litmus_sandbox.reports._html_assets import CSS, SCRIPT
 from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
@@ -176,10 +176,10 @@ def page_head(
     parts.append("</div>\n")
     if data["warnings"] or data["unknown_exclusions"]:
         parts.append("<h2>Warnings</h2>\n<ul class='warnings'>\n")
-        parts.extend(f"<li>{_e(w)}</li>\n" for w in data["warnings"])
+        parts.extend(f"<li>{for_html(w)}</li>\n" for w in data["warnings"])
         if data["unknown_exclusions"]:
             names = ", ".join(data["unknown_exclusions"])
-            parts.append(f"<li>exclusions naming no case: {_e(names)}</li>\n")
+            parts.append(f"<li>exclusions naming no case: {for_html(names)}</li>\n")
         parts.append("</ul>\n")
     options = "".join(f"<option value='{o}'>{o}</option>" for o in OUTCOMES)
     parts += [
@@ -271,9 +271,7 @@ def _inputs(data: Mapping[str, Any]) -> str:
     sides = {name: side_rows(inputs[name]) for name in SIDES}
     rows = "".join(
         f"<tr data-input='{_e(key)}'><th>{_e(key)}</th>"
-        + "".join(
-            f"<td data-side='{name}'>{_e(for_terminal(sides[name][i][1]))}</td>" for name in SIDES
-        )
+        + "".join(f"<td data-side='{name}'>{for_html(sides[name][i][1])}</td>" for name in SIDES)
         + "</tr>\n"
         for i, (key, _) in enumerate(sides["baseline"])
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import unicodedata
 
 from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from litmus_sandbox._model.safe_text import clip, for_terminal, md_code
+from litmus_sandbox._model.safe_text import clip, for_html, for_terminal, md_code
 
 #: Any character at all, lone surrogates, controls and unassigned code points included.
 ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=200)
@@ -27,6 +28,14 @@ def test_lines_keep_only_the_line_feed(text: str) -> None:
     out = for_terminal(text, lines=True)
     assert [c for c in out if unicodedata.category(c) in UNSAFE and c != "\n"] == []
     assert out.count("\n") == text.count("\n")
+
+
+@given(ANY_TEXT)
+def test_html_text_is_no_markup_and_no_invisible_character(text: str) -> None:
+    out = for_html(text)
+    assert not set(out) & set("<>\"'")  # neither an element nor the end of an attribute
+    assert [c for c in out if unicodedata.category(c) in UNSAFE] == []
+    assert html.unescape(out) == for_terminal(text)  # the text, escaped as on a terminal
 
 
 def test_escapes_are_visible_and_plain_text_is_unchanged() -> None:

@@ -277,3 +277,24 @@ def test_every_case_detail_opens_in_html_and_nothing_is_injected(
         assert links == []
         assert [u for u in requests(browser) if not u.startswith("file:")] == []
         assert log(browser, "browser") == []
+
+
+def test_html_warnings_are_inert(corpus: dict[str, Path], tmp_path: Path) -> None:
+    """The page's warnings (an exclusion naming no case, a torn line in a file whose name
+    is hostile) are written by the server: escaped like every other text on the page."""
+    excluded = tmp_path / "exclusions.json"
+    excluded.write_text(json.dumps({f"ghost {EVERYTHING}": f"why {EVERYTHING}"}))
+    torn = tmp_path / "b\x1b[31m\u202e\x85.jsonl"
+    torn.write_bytes(corpus["baseline"].read_bytes() + b'{"run_id": "cut')
+    page = tmp_path / "report.html"
+    args = ["gate", "--baseline", torn, "--candidate", corpus["candidate"]]
+    code, _, err = cli(*args, "--exclude", excluded, "--html", page, cwd=tmp_path)
+    assert code == 1, err
+    html = page.read_text()
+    warnings = html[html.index("<ul class='warnings'>") :]
+    warnings = warnings[: warnings.index("</ul>")]
+    assert "exclusions naming no case: ghost" in warnings
+    assert "torn last line" in warnings
+    assert_inert(warnings)
+    assert "<script>" not in warnings
+    assert "\\x1b" in warnings  # shown, as a visible escape
