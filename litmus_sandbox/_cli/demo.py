@@ -403,7 +403,12 @@ def _write_html(
 ) -> None:
     with (
         open(path, "wb") as f,
-        HtmlWriter(f, episodes=[str(p) for p in episodes], detector=config.detector) as w,
+        HtmlWriter(
+            f,
+            episodes=[str(p) for p in episodes],
+            baseline_episodes=[str(episodes[0])],
+            detector=config.detector,
+        ) as w,
     ):
         w.write(report.cases)
         w.finish(report)

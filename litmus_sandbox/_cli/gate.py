@@ -216,7 +216,13 @@ def _html_report(args: argparse.Namespace, flags: dict[str, Any]) -> Iterator[Ht
     episodes = [*(args.baseline_episodes or ()), *(args.candidate_episodes or ())]
     with (
         _report_output(args.html) as out,
-        HtmlWriter(out, episodes=episodes, detector=detector, **flags) as html,
+        HtmlWriter(
+            out,
+            episodes=episodes,
+            baseline_episodes=args.baseline_episodes or (),
+            detector=detector,
+            **flags,
+        ) as html,
     ):
         yield html
 

@@ -90,10 +90,14 @@ class HtmlWriter(Writer):
         *,
         episodes: Sequence[str] = (),
         detector: RefusalDetector | None = None,
+        baseline_episodes: Sequence[str] = (),
         **kw: Any,
     ) -> None:
         super().__init__(out, **kw)
         self.episodes = list(episodes)
+        #: The baseline's own recordings (the rest are the candidate's): a legacy verdict
+        #: names no episode, so its case's one recording on its side is its timeline.
+        self.baseline_episodes = set(baseline_episodes)
         self.detector = detector
         self.cases = 0
         self.transitions: Counter[tuple[str, str]] = Counter()
@@ -116,21 +120,28 @@ class HtmlWriter(Writer):
         out.write(b'<script type="application/json" id="litmus-cases">[')
         self.copy_ranks(trim=1)  # the last case's ","
         out.write(b']</script>\n<script type="application/json" id="litmus-episodes">{')
-        self._write_episodes()
-        out.write(b"}</script>\n<script>" + SCRIPT.encode() + b"</script>\n</body>\n</html>\n")
+        recordings = self._write_episodes()
+        out.write(b'}</script>\n<script type="application/json" id="litmus-recordings">')
+        out.write(_json_island(_encoder.encode(recordings)))
+        out.write(b"</script>\n<script>" + SCRIPT.encode() + b"</script>\n</body>\n</html>\n")
 
-    def _write_episodes(self) -> None:
-        if not self.episodes:
-            return
+    def _write_episodes(self) -> dict[str, dict[str, str | None]]:
+        """Write each episode's timeline; each side's case ids -> the episode id of the
+        case's one recording on that side (None: several, so no legacy verdict's)."""
+        recordings: dict[str, dict[str, str | None]] = {"baseline": {}, "candidate": {}}
         seen: set[str] = set()
         encode, sep = _encoder.encode, b""
-        for ep in iter_episodes(self.episodes, []):
-            if ep.episode_id in seen:
-                continue
-            seen.add(ep.episode_id)
-            view = episode_view(ep, self.detector)
-            self.out.write(sep + _json_island(encode(ep.episode_id) + b":" + encode(view)))
-            sep = b","
+        for path in self.episodes:
+            side = recordings["baseline" if path in self.baseline_episodes else "candidate"]
+            for ep in iter_episodes([path], []):
+                if ep.episode_id in seen:
+                    continue
+                seen.add(ep.episode_id)
+                side[ep.case_id] = None if ep.case_id in side else ep.episode_id
+                view = episode_view(ep, self.detector)
+                self.out.write(sep + _json_island(encode(ep.episode_id) + b":" + encode(view)))
+                sep = b","
+        return recordings
 
 
 def page_head(

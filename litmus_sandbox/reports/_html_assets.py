@@ -89,6 +89,10 @@ SCRIPT = r"""
   // A Map, so that any episode id (__proto__, constructor) is just a key.
   var episodes = new Map(Object.entries(
     JSON.parse(document.getElementById("litmus-episodes").textContent)));
+  // Each side's case ids -> the case's one recording there (null: several).
+  var recorded = JSON.parse(document.getElementById("litmus-recordings").textContent);
+  var recordings = {baseline: new Map(Object.entries(recorded.baseline)),
+                    candidate: new Map(Object.entries(recorded.candidate))};
   var table = document.getElementById("cases");
   var tbody = table.tBodies[0];
   var select = document.querySelector('select[name="outcome"]');
@@ -196,7 +200,7 @@ SCRIPT = r"""
     more(FIRST);
   }
 
-  function side(name, summary, view, n, col, diff, other) {
+  function side(name, summary, view, n, col, diff, other, caseId) {
     var box = el("div", {"data-side": name, "class": "side"});
     var head = el("div", {"class": "side-head"}, name);
     head.style.gridColumn = col; head.style.gridRow = 1;
@@ -295,10 +299,12 @@ SCRIPT = r"""
     }
     return cell;
   }
-  function pick(summary) {
+  function pick(summary, name, caseId) {
     if (summary == null) return null;
     var ids = (summary.unsafe_steps && summary.unsafe_steps.length) ?
       [summary.unsafe_steps[0].episode_id] : summary.episode_ids || [];
+    // A legacy verdict names no episode: its case's one recording on its side, if one.
+    if (summary.legacy && !ids.length && recordings[name].get(caseId)) ids = [recordings[name].get(caseId)];
     for (var i = 0; i < ids.length; i++) if (episodes.has(ids[i])) return episodes.get(ids[i]);
     return null;
   }
@@ -319,7 +325,7 @@ SCRIPT = r"""
       box.appendChild(ul);
     }
     var diff = c.steps || {first_differing_step: null, baseline_only_steps: [], candidate_only_steps: []};
-    var bv = pick(c.baseline), cv = pick(c.candidate);
+    var bv = pick(c.baseline, "baseline", c.case_id), cv = pick(c.candidate, "candidate", c.case_id);
     var count = function (v, s) {
       var m = v ? v.steps.length : 0;
       ((s && s.unsafe_steps) || []).forEach(function (u) { m = Math.max(m, u.index + 1); });
@@ -327,8 +333,8 @@ SCRIPT = r"""
     };
     var n = Math.max(count(bv, c.baseline), count(cv, c.candidate));
     var grid = el("div", {"class": "timelines"});
-    grid.appendChild(side("baseline", c.baseline, bv, n, 1, diff, cv));
-    grid.appendChild(side("candidate", c.candidate, cv, n, 2, diff, bv));
+    grid.appendChild(side("baseline", c.baseline, bv, n, 1, diff, cv, c.case_id));
+    grid.appendChild(side("candidate", c.candidate, cv, n, 2, diff, bv, c.case_id));
     box.appendChild(grid);
     return box;
   }

@@ -150,7 +150,7 @@ def test_hostile_case_ids_stay_text(tmp_path: Path) -> None:
     assert main(["gate", "--baseline", str(b), "--candidate", str(c), "--html", str(page)]) == 1
     text = page.read_text()
     assert "<img" not in text
-    assert text.count("</script>") == 3  # the two JSON islands and the script, no more
+    assert text.count("</script>") == 4  # the three JSON islands and the script, no more
     hooks = parse(page)
     assert json.loads(hooks.scripts["litmus-cases"])[0]["case_id"] == evil
 

@@ -22,7 +22,7 @@ from litmus_sandbox._cli.main import main
 from litmus_sandbox._core.inputs import COUNTED, LISTED, Facet
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.records import RecorderId
-from litmus_sandbox._store.streams import read_verdicts, write_verdicts
+from litmus_sandbox._store.streams import read_episodes, read_verdicts, write_verdicts
 
 
 def _suite(folder: Path) -> tuple[Path, Path, Path]:
@@ -238,6 +238,48 @@ def test_a_step_the_baseline_recorded_but_did_not_judge_is_not_only_the_candidat
         for i in (2, 3):
             step = cand.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
             assert step.get_attribute("data-only") is None
+            shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
+            why = shown.get_attribute("data-not-judged")
+            assert why is not None
+            assert "cut by truncate_on_refusal at the refusal at step 1" in why
+        assert log(browser, "browser") == []
+
+
+def test_a_legacy_verdict_is_drawn_on_its_cases_one_recording(tmp_path: Path) -> None:
+    """A legacy verdict names no episode: its timeline is its case's one recording on its
+    side (never the other side's), with the steps its policy cut marked not judged."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    shaped = tmp_path / "legacy.jsonl"
+    rows = []
+    for v in read_verdicts(out / "baseline-legacy.verdicts.jsonl").verdicts:
+        p = v.provenance
+        rows.append(
+            {"run_id": v.case_id, "safe": v.safe, "provenance": {
+                "truncate_on_refusal": p.truncate_on_refusal,
+                "truncate_on_empty_tool_result": p.truncate_on_empty_tool_result,
+                "steps_covered": p.steps_covered, "judge_version": p.judge_label}}
+        )  # fmt: skip
+    shaped.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = tmp_path / "r.html"
+    args = ["gate", "--baseline", str(shaped), "--candidate", str(out / "candidate.verdicts.jsonl"),
+            "--baseline-episodes", str(out / "baseline.episodes.jsonl"),
+            "--candidate-episodes", str(out / "candidate.episodes.jsonl"), "--html", str(page)]  # fmt: skip
+    assert main(args) in (1, 4)
+    with driver() as browser:
+        open_page(browser, page)
+        browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="refuse-then-continue"]').click()
+        detail = browser.find_element(By.CSS_SELECTOR, '[data-case-detail="refuse-then-continue"]')
+        base = detail.find_element(By.CSS_SELECTOR, '[data-side="baseline"]')
+        assert "no recording given" not in base.text
+        assert "(legacy verdict)" in base.text
+        baseline_episode = read_episodes([out / "baseline.episodes.jsonl"])
+        ids = {e.case_id: e.episode_id for e in baseline_episode}
+        assert f"episode {ids['refuse-then-continue']}" in base.text
+        for i in (0, 1):
+            step = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
+            assert step.find_elements(By.CSS_SELECTOR, "[data-judged]")
+        for i in (2, 3):
             shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
             why = shown.get_attribute("data-not-judged")
             assert why is not None
