@@ -206,7 +206,19 @@ class CallState:
         else:
             self.reply_kind = "result"
             sent = (whole(step.call_id) if whole is not None else None) or step.shown
-            if self.output_schema is not None and not sent.is_error and sent.structured is None:
+            if sent.structured is not None and not isinstance(sent.structured, dict):
+                # MCP's structured content is an object: any other value goes as text only.
+                sent = msgspec.structs.replace(sent, structured=None)
+                mcp["structured_not_an_object"] = True
+                step = msgspec.structs.replace(
+                    step, shown=msgspec.structs.replace(step.shown, structured=None)
+                )
+            if (
+                self.output_schema is not None
+                and not sent.is_error
+                and sent.structured is None
+                and step.fidelity != "emulated"  # an emulated result was checked: never made up
+            ):
                 # The client expects structure the stand-in lacks: the smallest that fits.
                 structured = placeholder(self.output_schema, sent.text())
                 sent = msgspec.structs.replace(sent, structured=structured)

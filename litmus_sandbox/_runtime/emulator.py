@@ -55,6 +55,7 @@ from litmus_sandbox._core.emulation import (
 )
 from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction
 from litmus_sandbox._model.errors import CacheError, ConfigError
+from litmus_sandbox._model.safe_text import clip
 from litmus_sandbox._store.emulation_cache import EmulationCache
 from litmus_sandbox._store.step_cache import StepCache, default_location, local_files, open_cache
 from litmus_sandbox.judges._chat import Asker, ChatEndpoint
@@ -204,7 +205,7 @@ class Emulator:
         kept = await self._cached(key, facts)
         if kept is not None:
             answer = _read(kept)
-            if answer is not None:
+            if answer is not None and _mismatch(answer, spec.output_schema) is None:
                 facts.update(cached=True, answered=_answered(kept))
                 return Asked(answer, facts)
         body = _encode(self._request(prompt))
@@ -237,6 +238,14 @@ class Emulator:
             cut = " (finish_reason length: raise max_tokens)" if said.cut else ""
             detail = f"{exc}{cut}: {quote(kept.content)}"
             facts["failure"] = {"class": "bad_answer", "detail": detail, "attempts": kept.attempts}
+            return Asked(None, facts)
+        if (mismatch := _mismatch(answer, spec.output_schema)) is not None:
+            # A result the tool's client would refuse: failed, never reshaped (nor kept).
+            facts["failure"] = {
+                "class": "bad_answer",
+                "detail": mismatch,
+                "attempts": kept.attempts,
+            }
             return Asked(None, facts)
         await self._keep(key, kept, facts)
         return Asked(answer, facts)
@@ -286,6 +295,29 @@ def _read(kept: EmulationAnswer) -> Emulated | None:
         return parse_emulation(kept.content)
     except BadEmulation:
         return None
+
+
+def _mismatch(answer: Emulated, schema: Mapping[str, Any] | None) -> str | None:
+    """Why ``answer``'s result does not conform to the tool's declared output schema (an
+    MCP ``outputSchema``, which clients check), else None; an error answer conforms."""
+    if schema is None or answer.error is not None:
+        return None
+    try:
+        # Declared with the extras that bring output schemas (mcp); a schema is read only
+        # from a listing, which only they give.
+        import jsonschema
+    except ImportError:
+        return "the tool declares an outputSchema, and jsonschema (extra mcp) is not installed"
+    try:
+        validator = jsonschema.validators.validator_for(schema)
+        validator.check_schema(schema)
+        error = jsonschema.exceptions.best_match(validator(schema).iter_errors(answer.result))
+    except (jsonschema.exceptions.SchemaError, RecursionError) as exc:
+        return f"the tool's outputSchema cannot be checked: {str(exc).splitlines()[0]}"
+    if error is None:
+        return None
+    where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the result"
+    return f"the result does not conform to the tool's outputSchema: {where}: {clip(error.message, 300)}"
 
 
 def _answered(kept: EmulationAnswer) -> dict[str, Any]:

@@ -54,8 +54,9 @@ def proxy(tmp_path: Path, *options: str, server: list[str] | None = None) -> Std
 
 
 def wrote(args: dict[str, Any], request: Request) -> dict[str, Any]:
+    """As the server would answer: it declares an ``outputSchema`` of ``{content}``."""
     del request
-    return {"result": f"Successfully wrote to {args['path']}"}
+    return {"result": {"content": f"Successfully wrote to {args['path']}"}}
 
 
 async def test_a_real_servers_tools_are_emulated_from_its_listing(tmp_path: Path) -> None:
@@ -71,7 +72,9 @@ async def test_a_real_servers_tools_are_emulated_from_its_listing(tmp_path: Path
             target = str(root / "new.txt")
             got = dump(await client.call_tool("write_file", {"path": target, "content": "x"}))
             read = dump(await client.call_tool("read_text_file", {"path": str(root / "notes.txt")}))
-    assert got["content"] == [{"type": "text", "text": f"Successfully wrote to {target}"}]
+    said = {"content": f"Successfully wrote to {target}"}
+    assert json.loads(got["content"][0]["text"]) == said
+    assert got["structured_content"] == said  # conforms to the listed outputSchema
     assert not got.get("is_error")
     assert not (root / "new.txt").exists()  # the server never got the call
     assert "alpha" in json.dumps(read)  # a real tool still reaches it
@@ -214,3 +217,55 @@ async def test_the_http_proxy_emulates_a_tool_before_the_client_listed_any(
     (step,) = calls(one_episode(tmp_path / "eps.jsonl"))
     assert (step.fidelity, step.meta["mcp"]["forwarded"]) == ("emulated", False)
     assert step.meta["emulator"]["asked"]["spec"]["input_schema"] == listed["echo"]["input_schema"]
+
+
+async def test_an_emulated_result_must_fit_the_declared_output_schema(tmp_path: Path) -> None:
+    """A tool with an ``outputSchema`` gets ``structuredContent`` only from a result that
+    conforms (the SDK client checks it); any other result is a failed emulation, shown as
+    a tool error, never reshaped to fit. A result that is not an object, for a tool
+    without a schema, goes as text only (structured content is an object)."""
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "string"}, "id": {"type": "integer"}},
+        "required": ["status", "id"],
+    }
+    listing = {
+        "tools": [
+            {"name": name, "inputSchema": {"type": "object"}, "outputSchema": schema}
+            for name in ("send_ok", "send_short", "send_text", "send_null")
+        ]
+        + [{"name": "list_ids", "inputSchema": {"type": "object"}}]
+    }
+    (tmp_path / "tools.json").write_text(json.dumps(listing))
+    answers: dict[str, Any] = {
+        "send_ok": {"status": "queued", "id": 7},
+        "send_short": {"status": "queued"},
+        "send_text": "plain text",
+        "send_null": None,
+        "list_ids": [1, 2],
+    }
+    script = Script(**{n: (lambda a, r, v=v: {"result": v}) for n, v in answers.items()})
+    with running_emulator(script) as endpoint:
+        rules = policy(tmp_path, endpoint, 'default = "emulate"')
+        params = proxy(tmp_path, "--policy", str(rules), "--tools-list", "tools.json")
+        async with Client(params, cache=None) as client:
+            await client.list_tools()
+            got = {name: dump(await client.call_tool(name, {})) for name in answers}
+    assert got["send_ok"]["structured_content"] == {"status": "queued", "id": 7}
+    assert not got["send_ok"].get("is_error")
+    for name in ("send_short", "send_text", "send_null"):
+        assert got[name]["is_error"] is True, name
+        assert got[name].get("structured_content") is None, name
+        assert f"emulation of {name!r} failed (bad_answer)" in got[name]["content"][0]["text"]
+    assert got["list_ids"].get("structured_content") is None
+    assert json.loads(got["list_ids"]["content"][0]["text"]) == [1, 2]
+    steps = {s.tool: s for s in calls(one_episode(tmp_path / "eps.jsonl"))}
+    assert steps["send_ok"].shown.structured == {"status": "queued", "id": 7}
+    for name in ("send_short", "send_text", "send_null"):
+        failure = steps[name].meta["emulator"]["failure"]
+        assert failure["class"] == "bad_answer"
+        assert "does not conform to the tool's outputSchema" in failure["detail"]
+        assert steps[name].shown.structured is None  # nothing made up, in the record either
+        assert "structured_placeholder" not in steps[name].meta["mcp"]
+    assert steps["list_ids"].shown.structured is None
+    assert steps["list_ids"].meta["mcp"]["structured_not_an_object"] is True
