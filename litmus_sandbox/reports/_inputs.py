@@ -1,7 +1,8 @@
 """What every report says first: what was compared (the summary's ``inputs``, see
 :mod:`litmus_sandbox._core.inputs`), as plain text lines and as name/value pairs.
 
-Recorded text (file names, suites, agents, judge labels) comes out as it is; each
+Recorded text (file names, suites, agents, judge labels) comes out as it is, each value
+cut visibly past :data:`VALUE_WIDTH` (so one long name never hides the others); each
 format makes it safe for its output (``safe_text``) where it writes it.
 """
 
@@ -12,10 +13,13 @@ from typing import Any
 
 from litmus_sandbox._core.inputs import LISTED
 from litmus_sandbox._model.about import package_version
+from litmus_sandbox._model.safe_text import clip
 
 __all__ = ["SIDES", "facet_text", "input_lines", "side_rows", "version_line"]
 
 SIDES = ("baseline", "candidate")
+#: The longest a value is shown (a file name, a suite, an agent, a recorder, a policy).
+VALUE_WIDTH = 120
 
 
 def version_line() -> str:
@@ -25,7 +29,7 @@ def version_line() -> str:
 def facet_text(facet: Mapping[str, Any], show: Any = str, *, noun: str = "verdict") -> str:
     """A facet's values, the count of the others and of the verdicts that did not say:
     ``a, b (+3 more); 2 verdicts do not say``."""
-    parts = [", ".join(show(v) for v in facet["values"])]
+    parts = [", ".join(clip(show(v), VALUE_WIDTH) for v in facet["values"])]
     if facet["more"]:
         more = facet["more"]
         parts[0] += f" (+{more}{'' if facet['more_exact'] else ' or more'})"
@@ -69,7 +73,7 @@ def _dates(recorded: Mapping[str, Any]) -> str:
 def side_rows(side: Mapping[str, Any]) -> list[tuple[str, str]]:
     """One side's inputs as (name, value) pairs, values in plain words."""
     files = side["files"]
-    named = ", ".join(files[:LISTED]) if files else "none"
+    named = ", ".join(clip(f, VALUE_WIDTH) for f in files[:LISTED]) if files else "none"
     if len(files) > LISTED:
         named += f" (+{len(files) - LISTED})"
     legacy = f" ({side['legacy_verdicts']} legacy)" if side["legacy_verdicts"] else ""

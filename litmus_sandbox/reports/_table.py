@@ -149,8 +149,9 @@ class TableWriter(Writer):
 
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         out, width = self.out, self._width and max(self._width, len("case"))
-        # Each line made safe on its own: a line break in a name never starts a line.
-        head = [clip(for_terminal(line), LINE_WIDTH) for line in input_lines(summary.inputs)]
+        # Each line made safe on its own: a line break in a name never starts a line. Each
+        # value is cut already (at most 20 a line, and the count of the others).
+        head = [for_terminal(line) for line in input_lines(summary.inputs)]
         out.write(self._text("\n".join(head) + "\n\n"))
         if width:
             out.write(text(f"{'case':<{width}}  {'outcome':<16}  baseline -> candidate\n"))

@@ -285,3 +285,26 @@ def test_a_legacy_verdict_is_drawn_on_its_cases_one_recording(tmp_path: Path) ->
             assert why is not None
             assert "cut by truncate_on_refusal at the refusal at step 1" in why
         assert log(browser, "browser") == []
+
+
+def test_one_long_name_never_hides_the_others(tmp_path: Path) -> None:
+    """Each value is cut on its own, visibly: the table still lists 20 agents and counts
+    the rest, though one of them is 10,000 characters long."""
+    long_name = "Z" * 10_000
+    names = [long_name, *(f"agent-{i:02}" for i in range(29))]
+    base, cand = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    write_verdicts(base, None, [verdict(f"c{i}") for i in range(30)])
+    write_verdicts(cand, None, [replace(verdict(f"c{i}"), agent=n) for i, n in enumerate(names)])
+    out = tmp_path / "r.txt"
+    assert main(["gate", "--baseline", str(base), "--candidate", str(cand), "-o", str(out)]) == 0
+    (agents,) = [line for line in out.read_text().splitlines()[8:14] if "agents:" in line]
+    assert "agent-00" in agents
+    assert "agent-18" in agents  # with the long one, 20 listed
+    assert agents.endswith("(+10)")
+    assert "…(+" in agents
+    assert len(agents) < 2_000
+    report = tmp_path / "r.json"
+    assert main(["gate", "--baseline", str(base), "--candidate", str(cand), "--format", "json",
+                 "-o", str(report)]) == 0  # fmt: skip
+    facet = json.loads(report.read_text())["inputs"]["candidate"]["agents"]
+    assert long_name in facet["values"]  # the JSON keeps every value whole
