@@ -105,14 +105,15 @@ def md_code(text: str, *, cell: bool = True, empty: str = "(empty)") -> str:
 
     In a code span nothing is markup: no image, link, autolink, HTML or emphasis, and
     GitHub links no mention there. The fence is one backtick longer than the longest run
-    inside; in a cell a ``|`` is escaped (GFM removes the backslash there). Line breaks
-    become spaces; controls are visible escapes; blank text is shown as ``empty`` or as
-    visible spaces (``␣``), since a code span cannot hold only spaces.
+    inside; in a cell a ``|`` is escaped (GFM removes the backslash there). Controls,
+    line breaks included, are visible escapes (``\\n``: two values that differ by one
+    never look alike); blank text is shown as ``empty`` or as visible spaces (``␣``),
+    since a code span cannot hold only spaces.
     """
     plain = text.isascii() and text.isprintable() and text.strip() == text and text
     if plain and "`" not in text and "|" not in text:
         return f"`{text}`"  # what the steps below make of it, at once
-    line = for_terminal(text.replace("\r\n", " ").replace("\n", " "))
+    line = for_terminal(text)
     if not line.strip():
         return f"`{empty}`" if not line else f"`{line}`".replace(" ", "\u2423")
     if cell:

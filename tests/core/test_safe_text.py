@@ -65,3 +65,8 @@ def test_clip_says_how_much_it_cut(text: str, limit: int) -> None:
         assert out == text
     else:
         assert out == f"{text[:limit]}…(+{len(text) - limit} chars)"
+
+
+def test_a_line_break_in_markdown_is_a_visible_escape() -> None:
+    assert md_code("pipe\r\nnewline") == "`pipe\\r\\nnewline`"
+    assert md_code("a\nb") != md_code("a b")
