@@ -184,6 +184,7 @@ async def test_an_answer_that_is_not_result_or_error_is_a_failed_emulation_shown
         assert step.shown.is_error
         assert step.meta["emulator"]["failure"]["class"] == "bad_answer"
         assert step.meta["emulator"]["cached"] is False
+        assert step.meta["emulator"]["answered"]["content"] == content  # what it said
         # Nothing was kept: a re-run asks again.
         asked = len(endpoint.requests)
         await run_payment(tmp_path, endpoint, tmp_path / "again.jsonl")
