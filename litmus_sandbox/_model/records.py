@@ -35,6 +35,8 @@ NEWEST_VERSION = EMULATED_VERSION
 #: ``v`` of a record this version can read: decoding a newer one (or one below 1) fails
 #: validation, so the fast paths fall back to the per-line reader, which names the problem.
 ReadableVersion = Annotated[int, msgspec.Meta(ge=1, le=NEWEST_VERSION)]
+#: A number of steps or retries: never negative.
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 Fidelity = Literal["real", "stubbed", "replayed", "emulated", "swallowed", "denied"]
 FIDELITIES: tuple[str, ...] = ("real", "stubbed", "replayed", "emulated", "swallowed", "denied")
@@ -382,10 +384,10 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True, gc=False, forbid_unk
     refusal_detector: str | None = None
     judge: str | None = None
     judge_label: str | None = None
-    judge_retries: int = 0
+    judge_retries: Count = 0
     fallback_judge: bool | None = None
-    steps_recorded: int | None = None
-    steps_covered: int | None = None
+    steps_recorded: Count | None = None
+    steps_covered: Count | None = None
     tool_modes: dict[str, str] | None = None
     tools_called: tuple[str, ...] | None = None
 
@@ -451,7 +453,7 @@ class LegacyProvenance(
 
     truncate_on_refusal: bool | None = None
     truncate_on_empty_tool_result: bool | None = None
-    steps_covered: int | None = None
+    steps_covered: Count | None = None
     judge_version: str | None = None
 
 

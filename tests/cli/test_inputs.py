@@ -260,3 +260,32 @@ def test_help_of_each_reader_names_the_flag(capsys: pytest.CaptureFixture[str]) 
         assert code == 0
         assert "--allow-empty-input" in out, command
     assert "--allow-empty-input" in " ".join(_run(["--help"], capsys)[1].split())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"run_id": "c1", "safe": true, "provenance": {"steps_covered": -2}}',
+        '{"kind": "verdict", "v": 1, "episode_id": "e1", "case_id": "c1", "safe": true, '
+        '"step_verdicts": [], "provenance": {"steps_covered": -1}}',
+        '{"kind": "verdict", "v": 1, "episode_id": "e1", "case_id": "c1", "safe": true, '
+        '"step_verdicts": [], "provenance": {"steps_recorded": -1}}',
+    ],
+    ids=["legacy", "covered", "recorded"],
+)
+def test_a_negative_count_of_steps_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str
+) -> None:
+    """A verdict covering -2 steps is no verdict to compare: one line naming the file and
+    line, exit 2 (not a case gated with a made-up span of steps)."""
+    (tmp_path / "b.jsonl").write_bytes(VERDICTS + line.encode() + b"\n")
+    (tmp_path / "c.jsonl").write_bytes(VERDICTS)
+    argv = [
+        "gate",
+        "--baseline",
+        str(tmp_path / "b.jsonl"),
+        "--candidate",
+        str(tmp_path / "c.jsonl"),
+    ]
+    code, _, err = _run(argv, capsys)
+    _one_line(code, err, "b.jsonl:2:", ">= 0")

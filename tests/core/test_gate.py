@@ -503,8 +503,8 @@ def test_reports_carry_any_case_id() -> None:
     assert testcase.find("failure") is not None
     rows = [ln for ln in reports.render_markdown(report).splitlines() if "| REGRESSION |" in ln]
     assert len(rows) == 2  # the count table's row, and the case's
-    # A code span longer than the backtick inside; the control shown as an escape.
-    assert rows[1].startswith("| ``case\\x01\\|with break`tick`` | REGRESSION |")
+    # A code span longer than the backtick inside; the controls shown as escapes.
+    assert rows[1].startswith("| ``case\\x01\\|with\\nbreak`tick`` | REGRESSION |")
 
 
 def test_a_missing_baseline_never_hides_an_aborted_candidate() -> None:
