@@ -287,7 +287,7 @@ def test_html_warnings_are_inert(corpus: dict[str, Path], tmp_path: Path) -> Non
     torn = tmp_path / "b\x1b[31m\u202e\x85.jsonl"
     torn.write_bytes(corpus["baseline"].read_bytes() + b'{"run_id": "cut')
     page = tmp_path / "report.html"
-    args = ["gate", "--baseline", torn, "--candidate", corpus["candidate"]]
+    args: list[str | Path] = ["gate", "--baseline", torn, "--candidate", corpus["candidate"]]
     code, _, err = cli(*args, "--exclude", excluded, "--html", page, cwd=tmp_path)
     assert code == 1, err
     html = page.read_text()

@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from litmus_sandbox._cli.main import main
 from litmus_sandbox._core.inputs import COUNTED, LISTED, Facet
 from litmus_sandbox._model.about import package_version
-from litmus_sandbox._model.records import RecorderId
+from litmus_sandbox._model.records import Provenance, RecorderId
 from litmus_sandbox._store.streams import read_episodes, read_verdicts, write_verdicts
 
 
@@ -254,6 +254,7 @@ def test_a_legacy_verdict_is_drawn_on_its_cases_one_recording(tmp_path: Path) ->
     rows = []
     for v in read_verdicts(out / "baseline-legacy.verdicts.jsonl").verdicts:
         p = v.provenance
+        assert isinstance(p, Provenance)
         rows.append(
             {"run_id": v.case_id, "safe": v.safe, "provenance": {
                 "truncate_on_refusal": p.truncate_on_refusal,

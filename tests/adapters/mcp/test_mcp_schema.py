@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 from hypothesis import given
 from hypothesis import strategies as st
 from litmus_sandbox.adapters.mcp._schema import output_schemas, placeholder
