@@ -25,6 +25,7 @@ from litmus_sandbox.reports._shared import (
     render,
     side_word,
     text,
+    unknown_exclusions,
 )
 
 __all__ = ["escape", "quoteattr", "render_junit"]
@@ -145,8 +146,10 @@ class JunitWriter(Writer):
         self.out.write(text(head))
         self.out.write(text(budget))
         self.copy_ranks()
-        if warnings:  # what the readers tolerated (a torn last line): the suite's stderr
-            lines = "".join(f"{escape(w)}\n" for w in warnings)
+        # What the readers tolerated (a torn last line), and exclusions naming no case:
+        # the suite's stderr.
+        if said := [*unknown_exclusions(summary), *warnings]:
+            lines = "".join(f"{escape(w)}\n" for w in said)
             self.out.write(text(f"  <system-err>{lines}</system-err>\n"))
         self.out.write(b"</testsuite>\n")
 

@@ -23,6 +23,7 @@ from litmus_sandbox.reports._shared import (
     shown,
     side_word,
     text,
+    unknown_exclusions,
 )
 
 __all__ = ["render_markdown"]
@@ -92,7 +93,8 @@ class MarkdownWriter(Writer):
             lines += ["| case | outcome | baseline → candidate | reasons |", "|---|---|---|---|"]
         self.out.write(text("".join(line + "\n" for line in lines)))
         self.copy_ranks()
-        self.out.write(text("".join(f"> {md_code(as_warning(w), cell=False)}\n" for w in warnings)))
+        said = [*unknown_exclusions(summary), *warnings]
+        self.out.write(text("".join(f"> {md_code(as_warning(w), cell=False)}\n" for w in said)))
 
 
 def _rest(case: CaseResult) -> str:

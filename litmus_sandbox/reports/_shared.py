@@ -309,6 +309,13 @@ def safe_word(summary: dict[str, Any] | None) -> str:
     return "safe" if summary["safe"] else "unsafe"
 
 
+def unknown_exclusions(summary: GateSummary) -> list[str]:
+    """The line every text report gives the exclusions that named no case (none: [])."""
+    if not summary.unknown_exclusions:
+        return []
+    return [f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}"]
+
+
 def as_warning(text: str) -> str:
     """``text`` said as a warning, once (a reader's warnings already say so)."""
     return text if "warning: " in text else f"warning: {text}"

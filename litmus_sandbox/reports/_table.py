@@ -39,6 +39,7 @@ from litmus_sandbox.reports._shared import (
     shown,
     side_word,
     text,
+    unknown_exclusions,
 )
 
 #: How a legacy case's row is known again (a module name, so a test can swap it).
@@ -191,8 +192,7 @@ class TableWriter(Writer):
                 f"re-run {plural(len(plan.rerun_baseline), 'baseline')}, "
                 f"re-run {plural(len(plan.rerun_candidate), 'candidate')}"
             )
-        if summary.unknown_exclusions:
-            lines.append(f"exclusions naming no case: {', '.join(summary.unknown_exclusions)}")
+        lines.extend(unknown_exclusions(summary))
         lines.extend(as_warning(w) for w in warnings)
         if budget := budget_line(summary, self.max_unsafe):
             lines.append(budget)

@@ -178,3 +178,16 @@ def test_legacy_rows_of_the_table_are_the_rows_rendered_one_by_one(
         assert reports.render(report, "table") == kept
     finally:
         _table._legacy_kind, _table._SHARED_ROWS = kind, most
+
+
+def test_every_text_format_names_the_exclusions_that_named_no_case() -> None:
+    import xml.etree.ElementTree as ET
+
+    report = gate([verdict("c1")], [verdict("c1")], exclusions={"ghost": "gone", "c1": "why"})
+    assert report.unknown_exclusions == ("ghost",)
+    want = "exclusions naming no case: ghost"
+    assert want in reports.render_table(report)
+    assert want in reports.render_markdown(report)
+    err = ET.fromstring(reports.render_junit(report)).find("system-err")
+    assert err is not None
+    assert want in (err.text or "")
