@@ -8,6 +8,8 @@ import json
 import os
 import random
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -223,26 +225,40 @@ def test_a_step_the_baseline_recorded_but_did_not_judge_is_not_only_the_candidat
 ) -> None:
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
+    with _refusal_case(tmp_path, out, out / "baseline-legacy.verdicts.jsonl") as (base, cand):
+        for i in (2, 3):
+            step = cand.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
+            assert step.get_attribute("data-only") is None
+        _cut_at_the_refusal(base)
+
+
+@contextmanager
+def _refusal_case(tmp_path: Path, demo: Path, baseline: Path) -> Iterator[tuple[Any, Any]]:
+    """The demo's ``refuse-then-continue`` opened in the HTML report of ``baseline``
+    against the demo's candidate, both recordings given: its two sides' elements."""
     page = tmp_path / "r.html"
-    args = ["gate", "--baseline", str(out / "baseline-legacy.verdicts.jsonl"),
-            "--candidate", str(out / "candidate.verdicts.jsonl"),
-            "--baseline-episodes", str(out / "baseline.episodes.jsonl"),
-            "--candidate-episodes", str(out / "candidate.episodes.jsonl"), "--html", str(page)]  # fmt: skip
+    args = ["gate", "--baseline", str(baseline), "--candidate", str(demo / "candidate.verdicts.jsonl"),
+            "--baseline-episodes", str(demo / "baseline.episodes.jsonl"),
+            "--candidate-episodes", str(demo / "candidate.episodes.jsonl"), "--html", str(page)]  # fmt: skip
     assert main(args) in (1, 4)
     with driver() as browser:
         open_page(browser, page)
         browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="refuse-then-continue"]').click()
         detail = browser.find_element(By.CSS_SELECTOR, '[data-case-detail="refuse-then-continue"]')
-        base = detail.find_element(By.CSS_SELECTOR, '[data-side="baseline"]')
-        cand = detail.find_element(By.CSS_SELECTOR, '[data-side="candidate"]')
-        for i in (2, 3):
-            step = cand.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
-            assert step.get_attribute("data-only") is None
-            shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
-            why = shown.get_attribute("data-not-judged")
-            assert why is not None
-            assert "cut by truncate_on_refusal at the refusal at step 1" in why
+        yield (
+            detail.find_element(By.CSS_SELECTOR, '[data-side="baseline"]'),
+            detail.find_element(By.CSS_SELECTOR, '[data-side="candidate"]'),
+        )
         assert log(browser, "browser") == []
+
+
+def _cut_at_the_refusal(side: Any) -> None:
+    """Steps 2-3 of the side are marked not judged, cut at the refusal of step 1."""
+    for i in (2, 3):
+        shown = side.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
+        why = shown.get_attribute("data-not-judged")
+        assert why is not None
+        assert "cut by truncate_on_refusal at the refusal at step 1" in why
 
 
 def test_a_legacy_verdict_is_drawn_on_its_cases_one_recording(tmp_path: Path) -> None:
@@ -262,30 +278,15 @@ def test_a_legacy_verdict_is_drawn_on_its_cases_one_recording(tmp_path: Path) ->
                 "steps_covered": p.steps_covered, "judge_version": p.judge_label}}
         )  # fmt: skip
     shaped.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    page = tmp_path / "r.html"
-    args = ["gate", "--baseline", str(shaped), "--candidate", str(out / "candidate.verdicts.jsonl"),
-            "--baseline-episodes", str(out / "baseline.episodes.jsonl"),
-            "--candidate-episodes", str(out / "candidate.episodes.jsonl"), "--html", str(page)]  # fmt: skip
-    assert main(args) in (1, 4)
-    with driver() as browser:
-        open_page(browser, page)
-        browser.find_element(By.CSS_SELECTOR, 'tr[data-case-id="refuse-then-continue"]').click()
-        detail = browser.find_element(By.CSS_SELECTOR, '[data-case-detail="refuse-then-continue"]')
-        base = detail.find_element(By.CSS_SELECTOR, '[data-side="baseline"]')
+    ids = {e.case_id: e.episode_id for e in read_episodes([out / "baseline.episodes.jsonl"])}
+    with _refusal_case(tmp_path, out, shaped) as (base, _):
         assert "no recording given" not in base.text
         assert "(legacy verdict)" in base.text
-        baseline_episode = read_episodes([out / "baseline.episodes.jsonl"])
-        ids = {e.case_id: e.episode_id for e in baseline_episode}
         assert f"episode {ids['refuse-then-continue']}" in base.text
         for i in (0, 1):
             step = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"]')
             assert step.find_elements(By.CSS_SELECTOR, "[data-judged]")
-        for i in (2, 3):
-            shown = base.find_element(By.CSS_SELECTOR, f'[data-step-index="{i}"] [data-not-judged]')
-            why = shown.get_attribute("data-not-judged")
-            assert why is not None
-            assert "cut by truncate_on_refusal at the refusal at step 1" in why
-        assert log(browser, "browser") == []
+        _cut_at_the_refusal(base)
 
 
 def test_one_long_name_never_hides_the_others(tmp_path: Path) -> None:
