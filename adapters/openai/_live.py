@@ -104,7 +104,10 @@ async def _run(ep: Recording, call: Called, api: str) -> ToolResult:
         return step
 
     runner = answer if refusal is not None else None
-    return await ep.call_with(runner, call.tool, call.args, finalize=finalize)
+    # Unreadable arguments: no mode may answer (an emulator asked with {} would make up
+    # a success). A tool the sandbox lacks may still be stubbed or emulated.
+    refuse = refusal if facts.get("arguments_invalid") else None
+    return await ep.call_with(runner, call.tool, call.args, finalize=finalize, refuse=refuse)
 
 
 async def _run_turns(

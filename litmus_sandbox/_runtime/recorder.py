@@ -45,6 +45,7 @@ from litmus_sandbox._core.divergence import META_KEY, ReplayReport, report_of, s
 from litmus_sandbox._model.errors import ConfigError
 from litmus_sandbox._model.records import (
     SCHEMA_VERSION,
+    Actual,
     Effects,
     EndStatus,
     EpisodeEnd,
@@ -54,7 +55,7 @@ from litmus_sandbox._model.records import (
     Shown,
     ToolCallStep,
 )
-from litmus_sandbox._runtime.modes import CallEnv, Runner, mode_for
+from litmus_sandbox._runtime.modes import CallEnv, Performed, Runner, mode_for
 from litmus_sandbox._runtime.observers import Watch
 from litmus_sandbox._runtime.open_call import Finalize, OpenCall
 from litmus_sandbox._runtime.phases import Ending
@@ -226,9 +227,14 @@ class Recording:
         args: Mapping[str, Any],
         *,
         finalize: Finalize | None = None,
+        refuse: str | None = None,
     ) -> ToolResult:
         """Like :meth:`call`, but a call that runs for real runs ``await runner(tool, args)``
         (``runner=None``: the registered tool runs, as in :meth:`call`).
+
+        ``refuse``: the call cannot be made at all (an adapter found its arguments
+        unreadable): whatever the tool's mode, nothing runs, is stubbed or emulated; the
+        agent is told ``refuse`` as an error and the step is ``denied``, ``not_run``.
 
         Adapters use this to forward calls to a tool server they front. The runner may
         return a :class:`Shown` to say exactly what the agent sees (content blocks, error
@@ -238,7 +244,7 @@ class Recording:
         included) just before it is written, and may return it annotated (e.g. with the
         raw upstream envelope in ``meta``).
         """
-        return await self._call(tool, dict(args), runner, finalize)
+        return await self._call(tool, dict(args), runner, finalize, refuse)
 
     async def run(
         self,
@@ -286,10 +292,11 @@ class Recording:
         args: dict[str, Any],
         runner: Runner | None,
         finalize: Finalize | None = None,
+        refuse: str | None = None,
     ) -> ToolResult:
         self._require_open()
         policy = self._policy.for_tool(tool)
-        mode = mode_for(policy.mode)
+        mode = mode_for(policy.mode if refuse is None else "deny")
         self._calls += 1
         call = CallSteps(self.episode_id, f"{self.episode_id}:{self._calls}", tool, args)
         watch = self._watch
@@ -302,7 +309,11 @@ class Recording:
                 for evidence in audit.collecting():
                     evidence.delegated = True
         try:
-            performed = await mode.perform(call, policy, self._env, runner)
+            if refuse is None:
+                performed = await mode.perform(call, policy, self._env, runner)
+            else:
+                told = Shown(content=({"type": "text", "text": refuse},), is_error=True)
+                performed = Performed(call.step("denied", told, Actual(outcome="not_run")))
         except (anyio.get_cancelled_exc_class(), KeyboardInterrupt, SystemExit) as exc:
             # Cancelled, or the process told to stop (a tool calling sys.exit, Ctrl-C): the
             # call ran, so its step says it was interrupted, and the stop goes on.

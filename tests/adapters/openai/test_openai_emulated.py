@@ -139,3 +139,42 @@ async def test_tool_definitions_that_are_not_a_list_are_refused(tmp_path: Path) 
         with pytest.raises(ConfigError, match=r"tools\[0\] is not a tool definition"):
             describe_tools(sb, [{"type": "function", "function": {}}])
         assert describe_tools(sb, CHAT_TOOLS) == ["transfer_funds"]  # no emulator: ignored
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", "{broken"])
+async def test_arguments_that_are_not_an_object_are_never_emulated(
+    tmp_path: Path, arguments: str
+) -> None:
+    """A call whose arguments cannot be read cannot be made, whatever the tool's mode: the
+    emulator is not asked (with ``{}`` it would make up a success); the model is told."""
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_bad",
+                "type": "function",
+                "function": {"name": "transfer_funds", "arguments": arguments},
+            }
+        ],
+    }
+    with running_emulator(Script(transfer_funds=transfer)) as endpoint:
+        policy = emulator_policy(endpoint.url, {"transfer_*": "emulate"})
+        async with Sandbox(
+            root=tmp_path / "root",
+            episodes=tmp_path / "e.jsonl",
+            policy=policy,
+            egress=False,
+            cache=tmp_path / "cache.sqlite",
+        ) as sb:
+            describe_tools(sb, CHAT_TOOLS)
+            async with sb.episode("c1") as ep:
+                (out,) = await run_chat_tool_calls(ep, message)
+    assert endpoint.requests == []
+    assert out["tool_call_id"] == "call_bad"
+    assert "not a JSON object" in out["content"]
+    _, call, _ = records(tmp_path / "e.jsonl")
+    assert (call["fidelity"], call["actual"]["outcome"]) == ("denied", "not_run")
+    assert call["shown"]["is_error"] is True
+    assert "emulator" not in call["meta"]
+    assert call["meta"]["openai"]["arguments_raw"] == arguments
