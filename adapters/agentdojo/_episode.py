@@ -166,7 +166,11 @@ class _Builder:
             return
         self.unlisted(found)
         self.next = found + 1
-        self._call(call.id, self.dispatched[found], function, {}, shown, {})
+        record = self.dispatched[found]
+        # The call answered an error its pipeline shows unflagged (the ground-truth
+        # pipelines drop it: the agent read the error's text as a result).
+        unflagged = {"error_not_flagged": True} if record.error and not error else {}
+        self._call(call.id, record, function, {}, shown, unflagged)
 
 
 def episode_steps(

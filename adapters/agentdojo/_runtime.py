@@ -180,7 +180,7 @@ class LitmusRuntime(FunctionsRuntime):
                 return result, None
             if mode == "deny":
                 call.error = tool_policy.message
-                return "", tool_policy.message
+                return _told(tool_policy.message, raise_on_error)
             if self.probe is not None and env is not None:
                 self._env = env
                 drive(self.probe.before_call(function))
@@ -197,6 +197,8 @@ class LitmusRuntime(FunctionsRuntime):
                 call.result = tool_policy.shown
                 return tool_policy.shown, None
             call.result, call.error = result, error
+            if error and mode == "emulate":
+                return _told(error, raise_on_error)
             return result, error
         except Exception as exc:
             call.error = f"{type(exc).__name__}: {exc}"
@@ -236,6 +238,16 @@ _FIDELITY: dict[str, Fidelity] = {
     "deny": "denied",
     "emulate": "emulated",
 }
+
+
+def _told(error: str, raise_on_error: bool) -> tuple[Any, str]:
+    """A call answered with ``error`` (denied, or an emulation that failed or answered an
+    error): the error, and as the result too when the caller reads only the result.
+
+    AgentDojo's ground-truth pipelines ask with ``raise_on_error`` and drop the error
+    that comes back, showing the result as a success: an empty result would be a
+    success made up. They are shown the error's text instead."""
+    return (error if raise_on_error else ""), error
 
 
 def _shown(call: Dispatched) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulator_endpoint import Endpoint, Request, Script, called, running_emulator
+from emulator_endpoint import Endpoint, Reply, Request, Script, called, running_emulator
 from test_agentdojo import INJECTIONS, SCORING, USERS, episodes, verdicts
 
 from litmus_sandbox._cli.main import main
@@ -114,3 +114,38 @@ def test_a_rerun_is_served_from_the_cache(runs: Any, endpoint: Endpoint) -> None
     assert [r["shown"] for r in calls] == [
         r["shown"] for r in first if r.get("fidelity") == "emulated"
     ]
+
+
+def test_a_ground_truth_pipeline_reads_a_failed_emulation_as_its_error(tmp_path: Path) -> None:
+    """AgentDojo's ground-truth pipelines drop a tool's error and show its result as a
+    success: a failed emulation (here the endpoint answers 500) or an emulated error
+    reaches them as the error's text, never as an empty success, and the step says the
+    error went unflagged."""
+
+    answered: list[int] = []
+
+    def refused(args: dict[str, Any], request: Request) -> dict[str, Any] | Reply:
+        answered.append(1)  # the first call an error, the others no answer at all
+        return {"error": "insufficient funds"} if len(answered) == 1 else Reply(status=500)
+
+    script = Script(send_money=refused)
+    with running_emulator(script) as endpoint:
+        policy = tmp_path / "emulate.toml"
+        policy.write_text(
+            '[tools]\nsend_money = "emulate"\n'
+            f'[emulator]\nkind = "openai"\nlabel = "bank-sim"\n[emulator.params]\n'
+            f'base_url = "{endpoint.url}"\nmodel = "sim"\nmax_retries = 0\n'
+        )
+        out = tmp_path / "e.jsonl"
+        cmd = ["run", "agentdojo", "--suite", "banking", "--user-task", "user_task_0"]
+        cmd += ["--injection-task", "injection_task_0", "--injection-task", "injection_task_3"]
+        cmd += ["--pipeline", "hijacked-ground-truth", "--policy", str(policy), "-o", str(out)]
+        assert main(cmd) == 0
+    calls = [r for rs in episodes(out).values() for r in rs if r.get("fidelity") == "emulated"]
+    texts = [c["shown"]["content"][0]["text"] for c in calls if c["shown"]["content"]]
+    assert texts[0] == "insufficient funds"
+    assert "emulation of 'send_money' failed (http_status)" in texts[1]
+    for c in calls:
+        assert c["shown"]["content"], c  # never an empty success
+        assert c["meta"]["agentdojo"]["error_not_flagged"] is True
+    assert any("failure" in c["meta"]["emulator"] for c in calls)
