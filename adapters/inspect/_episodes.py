@@ -92,7 +92,10 @@ def sample_episode(spec: EvalSpec, sample: EvalSample, *, log: str | None) -> Sa
         ),
         tool_modes=setup.tool_modes,
         oracles=setup.oracles,
-        meta={"inspect": inspect_facts},
+        meta={
+            "inspect": inspect_facts,
+            **({"emulator": setup.emulator} if setup.emulator is not None else {}),
+        },
     )
     end_facts: dict[str, Any] = {}
     reason: str | None = None

@@ -52,6 +52,8 @@ class Setup(NamedTuple):
     oracles: dict[str, Any]
     #: Called tool -> the configured mode nothing applied to its calls.
     not_applied: dict[str, str]
+    #: The emulator's parameters (``EmulatorConfig.describe``), when a tool was emulated.
+    emulator: dict[str, Any] | None = None
 
 
 def _said(event: Event) -> dict[str, Any] | None:
@@ -72,6 +74,7 @@ def sample_setup(events: Sequence[Event], steps: Sequence[Step]) -> Setup:
     configured: dict[str, str] = {}
     oracles: dict[str, Any] = {}
     wrapped: dict[str, str] = {}
+    emulator: dict[str, Any] | None = None
     seen = False
     for event in events:
         said = _said(event)
@@ -85,6 +88,8 @@ def sample_setup(events: Sequence[Event], steps: Sequence[Step]) -> Setup:
             if isinstance(setup.get("oracles"), dict):
                 for name, description in setup["oracles"].items():
                     oracles.setdefault(str(name), description)
+            if emulator is None and isinstance(setup.get("emulator"), dict):
+                emulator = setup["emulator"]
         tool = said.get("tool")
         if isinstance(said.get("mode"), str) and isinstance(tool, str):
             seen = True
@@ -108,4 +113,4 @@ def sample_setup(events: Sequence[Event], steps: Sequence[Step]) -> Setup:
         if wanted is not None and wanted not in _APPROVER_MODES:
             not_applied[tool] = wanted
         modes[tool] = applied
-    return Setup(modes, oracles, not_applied)
+    return Setup(modes, oracles, not_applied, emulator)

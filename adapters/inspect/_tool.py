@@ -44,6 +44,8 @@ from ._steps import INFO_SOURCE, as_json
 RECORD_CAP = 64 * 1024
 #: Per sample (its transcript), the calls of wrapped tools so far: an emulator's history.
 _HISTORIES: weakref.WeakKeyDictionary[Transcript, History] = weakref.WeakKeyDictionary()
+#: The samples (transcripts) told the emulator's parameters already (for their header).
+_TOLD_EMULATOR: weakref.WeakSet[Transcript] = weakref.WeakSet()
 
 
 def resolve_policy(policy: Policy | str | os.PathLike[str] | Mapping[str, Any]) -> Policy:
@@ -114,6 +116,11 @@ def litmus_tool(
         call = CallSteps("inspect", f"{name}:{calls}", name, dict(kwargs))
         history = _HISTORIES.setdefault(transcript(), History())
         if tool_policy.mode == "emulate":
+            if (where := transcript()) not in _TOLD_EMULATOR and resolved.emulator is not None:
+                # Once a sample: the header keeps the parameters (the key's variable only).
+                _TOLD_EMULATOR.add(where)
+                setup: dict[str, Any] = {"setup": {"emulator": resolved.emulator.describe()}}
+                where.info({"litmus": setup}, source=INFO_SOURCE)
             performed = await _emulated(resolved, spec, cache, call, history)
         else:
             performed = await mode.perform(call, tool_policy, env, runner)

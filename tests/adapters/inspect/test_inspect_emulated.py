@@ -60,3 +60,6 @@ def test_a_wrapped_tool_in_emulate_mode_is_answered_by_the_emulator(tmp_path: Pa
     fp = wires[0]["meta"]["emulator"]["fingerprint"]
     assert wires[0]["meta"]["emulator"]["label"] == "bank-sim"
     assert header["tool_modes"]["wire_funds"] == f"emulate:{fp}"
+    # The header keeps the emulator's parameters, as every other recorder's does.
+    told = header["meta"]["emulator"]
+    assert (told["label"], told["params"]["model"]) == ("bank-sim", "sim")
