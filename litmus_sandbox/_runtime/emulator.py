@@ -55,7 +55,6 @@ from litmus_sandbox._core.emulation import (
 )
 from litmus_sandbox._core.redaction import DEFAULT_REDACTION, Redaction
 from litmus_sandbox._model.errors import CacheError, ConfigError
-from litmus_sandbox._model.safe_text import clip
 from litmus_sandbox._store.emulation_cache import EmulationCache
 from litmus_sandbox._store.step_cache import StepCache, default_location, local_files, open_cache
 from litmus_sandbox.judges._chat import Asker, ChatEndpoint
@@ -306,21 +305,11 @@ def _mismatch(answer: Emulated, schema: Mapping[str, Any] | None) -> str | None:
     if schema is None or answer.error is not None:
         return None
     try:
-        # Declared with the extras that bring output schemas (mcp); a schema is read only
-        # from a listing, which only they give.
-        import jsonschema
+        # A schema is read only from an MCP listing: the mcp extra brings jsonschema.
+        from litmus_sandbox._runtime.output_schema import mismatch
     except ImportError:
         return "the tool declares an outputSchema, and jsonschema (extra mcp) is not installed"
-    try:
-        validator = jsonschema.validators.validator_for(schema)
-        validator.check_schema(schema)
-        error = jsonschema.exceptions.best_match(validator(schema).iter_errors(answer.result))
-    except (jsonschema.exceptions.SchemaError, RecursionError) as exc:
-        return f"the tool's outputSchema cannot be checked: {str(exc).splitlines()[0]}"
-    if error is None:
-        return None
-    where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the result"
-    return f"the result does not conform to the tool's outputSchema: {where}: {clip(error.message, 300)}"
+    return mismatch(answer.result, schema)
 
 
 def _answered(kept: EmulationAnswer) -> dict[str, Any]:

@@ -103,6 +103,7 @@ _EXTRA_OF_FILE = {
     "litmus_sandbox/_store/redis_cache.py": "redis",
     "litmus_sandbox/_store/remote.py": "cloud",
     "litmus_sandbox/_runtime/ray_engine.py": "ray",
+    "litmus_sandbox/_runtime/output_schema.py": "mcp",
 }
 
 
