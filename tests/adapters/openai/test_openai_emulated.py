@@ -48,6 +48,17 @@ def transfer(args: dict[str, Any], request: Request) -> dict[str, Any]:
     return {"result": {"ok": True, "moved": args["amount"]}}
 
 
+def transfers_emulated(tmp_path: Path, url: str) -> Sandbox:
+    """A sandbox whose ``transfer_*`` tools the emulator at ``url`` answers."""
+    return Sandbox(
+        root=tmp_path / "root",
+        episodes=tmp_path / "e.jsonl",
+        policy=emulator_policy(url, {"transfer_*": "emulate"}),
+        egress=False,
+        cache=tmp_path / "cache.sqlite",
+    )
+
+
 def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -67,14 +78,7 @@ async def test_a_chat_loops_emulated_call_is_answered_from_its_definition(tmp_pa
         }
     )
     with running_emulator(Script(transfer_funds=transfer)) as endpoint:
-        policy = emulator_policy(endpoint.url, {"transfer_*": "emulate"})
-        async with Sandbox(
-            root=tmp_path / "root",
-            episodes=tmp_path / "e.jsonl",
-            policy=policy,
-            egress=False,
-            cache=tmp_path / "cache.sqlite",
-        ) as sb:
+        async with transfers_emulated(tmp_path, endpoint.url) as sb:
             assert describe_tools(sb, CHAT_TOOLS) == ["transfer_funds"]
             async with sb.episode("c1") as ep:
                 ep.message("user", "send 5 to x")
@@ -159,14 +163,7 @@ async def test_arguments_that_are_not_an_object_are_never_emulated(
         ],
     }
     with running_emulator(Script(transfer_funds=transfer)) as endpoint:
-        policy = emulator_policy(endpoint.url, {"transfer_*": "emulate"})
-        async with Sandbox(
-            root=tmp_path / "root",
-            episodes=tmp_path / "e.jsonl",
-            policy=policy,
-            egress=False,
-            cache=tmp_path / "cache.sqlite",
-        ) as sb:
+        async with transfers_emulated(tmp_path, endpoint.url) as sb:
             describe_tools(sb, CHAT_TOOLS)
             async with sb.episode("c1") as ep:
                 (out,) = await run_chat_tool_calls(ep, message)
