@@ -44,6 +44,7 @@ class ReplayLogError(LitmusError, ValueError):
 EXTRA_OF_MODULE = {
     "mcp": "mcp",
     "uvloop": "mcp",
+    "jsonschema": "mcp",
     "inspect_ai": "inspect",
     "opentelemetry": "otel",
     "google": "otel",
