@@ -6,8 +6,9 @@ the benchmark lacks (epochs and flaky cases, exclusions, mixed and candidate-onl
 unknown provenance keys, a torn last line, several files a side).
 
 ``gate_reports.json`` holds the sha256 of each suite's report in every format, as the
-gate wrote it before its join moved to DuckDB (the commit named in the file). Rewrite it
-only for an intended change of a report::
+gate wrote it at the commit named in the file (first pinned before its join moved to
+DuckDB, rewritten since only for intended changes of a report). Rewrite it only for an
+intended change of a report::
 
     .venv/bin/python tests/cli/gate_suites.py --write
 """
