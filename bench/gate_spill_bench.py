@@ -48,13 +48,16 @@ WAYS: dict[str, tuple[bool, list[str]]] = {
             "SELECT count(*) FROM (SELECT * FROM v WHERE side = 0) b FULL JOIN (SELECT * FROM v WHERE side = 1) c USING (key)"
         ],
     ),
-    "group by id, in 8 parts": (
-        True,
-        [
-            f"SELECT count(*) FROM (SELECT key, {_AGGREGATES} FROM v WHERE hash(key) % 8 = {k} GROUP BY key)"
-            for k in range(8)
-        ],
-    ),
+    **{
+        f"group by id, in {parts} parts": (
+            True,
+            [
+                f"SELECT count(*) FROM (SELECT key, {_AGGREGATES} FROM v WHERE hash(key) % {parts} = {k} GROUP BY key)"
+                for k in range(parts)
+            ],
+        )
+        for parts in (2, 3, 4, 8)
+    },
     "group by hash(id) (not exact)": (
         False,
         [f"SELECT count(*) FROM (SELECT hash(key) AS h, {_AGGREGATES} FROM v GROUP BY h)"],
@@ -127,13 +130,18 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-limit", default="512MB", help="DuckDB's limit (the gate's: half its budget)"
     )
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--way", action="append", help="a way to run (repeatable; default: all)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(args.worker, args.pairs, args.memory_limit, args.threads)))
         return 0
     rows = []
-    for way in WAYS:
+    ways = args.way or list(WAYS)
+    for way in ways:
+        if way not in WAYS:
+            ap.error(f"no such way: {way!r} (ways: {', '.join(WAYS)})")
+    for way in ways:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", way]
         cmd += ["--pairs", str(args.pairs), "--memory-limit", args.memory_limit]
         cmd += ["--threads", str(args.threads)]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from factories import legacy, verdict
 from gate_sides import Kept, _case_by_case, _plain, _same_case, _side
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from litmus_sandbox._core.suite import gate_lined_up, stream_gate
 from litmus_sandbox._model.codec import decode_verdict_record
+from litmus_sandbox._store import engine
 from litmus_sandbox._store.engine import DuckJoin
 
 
@@ -50,6 +52,35 @@ def test_the_engine_decides_as_compare_case(b: list[Any], c: list[Any], excluded
 def test_the_engine_over_the_same_cases_shuffled(b: list[Any], data: st.DataObject) -> None:
     c = data.draw(st.permutations([data.draw(_same_case(v)) for v in b]))
     _check(b, c, {})
+
+
+@settings(max_examples=40, deadline=None)
+@given(_side, _side, st.sets(st.sampled_from(["a", "c", "zz"])), st.integers(2, 4))
+def test_the_engine_in_parts_decides_as_compare_case(
+    b: list[Any], c: list[Any], excluded: set[str], parts: int
+) -> None:
+    """The group-by on the case id in parts (as past DuckDB's memory): the same cases,
+    each once, in gate order."""
+    with mock.patch.object(engine, "_parts", return_value=parts):
+        _check(b, c, dict.fromkeys(excluded, "why"))
+
+
+@given(st.integers(0, 10**9), st.integers(64 << 20, 1 << 34))
+def test_the_group_by_runs_whole_while_it_fits_and_in_parts_past_that(
+    rows: int, limit: int
+) -> None:
+    parts = engine._parts(rows, limit)
+    assert parts >= 1
+    assert (parts == 1) == (rows * engine._ROW_BYTES <= limit)
+    assert rows * engine._ROW_BYTES <= parts * limit  # each part fits, on the whole
+    assert engine._parts(rows * 2, limit) >= parts
+
+
+def test_ten_million_pairs_group_in_four_parts_at_the_default_budget() -> None:
+    """The measured case (see ``_ROW_BYTES``): 20M verdicts, a 512 MiB limit."""
+    limit = engine.DEFAULT_MEMORY_BUDGET // 2
+    assert engine._parts(20_000_000, limit) == 4
+    assert engine._parts(2_000_000, limit) == 1
 
 
 def test_verdicts_it_cannot_make_again_come_back_whole() -> None:
