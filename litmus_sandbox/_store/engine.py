@@ -70,9 +70,10 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 BATCH = 1 << 16
 CHUNK = 16_384
 #: What a verdict costs the group-by on the case id, about, in bytes (see :func:`_parts`).
-#: Measured at 10M pairs (20M verdicts, 22-character ids) under a 512 MiB limit: in one
-#: part the group-by spilled 2.4 GB, in two 1.4 GB, in four 0.8 GB, for 1.3x its time.
-_ROW_BYTES = 100
+#: Measured at 10M pairs (20M verdicts, 22-character ids) under a 512 MiB limit, the
+#: temporary folder at its peak: in one part 2.4 GB; in four 0.8 GB for the table (the
+#: plain passes left out) and 1.0 GB for JSON (every case kept); in six 0.8 GB for JSON.
+_ROW_BYTES = 150
 #: The least memory DuckDB is given, whatever the budget.
 _MIN_LIMIT = 64 << 20
 
@@ -109,7 +110,7 @@ _KEPT_WHOLE = (2 * WHOLE, 2 * WHOLE + 1)
 _ODD = f"""
 CREATE TABLE odd AS
 SELECT v.key, v.safe, v.code, w.rec
-FROM todo t JOIN verdicts v ON v.key = t.key
+FROM {{todo}} t JOIN verdicts v ON v.key = t.key
 LEFT JOIN whole w ON v.code = {WHOLE} AND w.side = v.side AND w.pos = v.pos
 WHERE {{odd}}
 ORDER BY t.place, v.side, v.pos
@@ -136,6 +137,8 @@ class DuckJoin:
         self._pending_rows = 0
         #: The view ``verdicts``: the verdicts decoded here, and each file DuckDB read.
         self._parts = ["SELECT side, pos, key, safe, code FROM decoded"]
+        #: The tables of the files DuckDB read (each with its ``_kinds``).
+        self._plain: list[str] = []
         self._connection: duckdb.DuckDBPyConnection | None = None
         #: Plain passes counted in SQL (known once :meth:`chunks` is consumed).
         self.passes = 0
@@ -216,6 +219,7 @@ class DuckJoin:
                 raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
             if rows is None:
                 return False
+            self._plain.append(table)
             self._parts.append(
                 f"SELECT {side}::UTINYINT, ({self._sizes[side]} + p.rowid)::UBIGINT, p.key, "
                 f"p.safe, k.code FROM {table} p JOIN {table}_kinds k ON p.h = k.h"
@@ -312,14 +316,7 @@ class DuckJoin:
         self._flush()
         self._run(f"CREATE OR REPLACE VIEW verdicts AS {' UNION ALL '.join(self._parts)}")
         self._run("SET preserve_insertion_order = true")  # ``todo`` and ``odd`` in order
-        self._group(plain)
-        cases, verdicts, odd = self._counts(
-            f"SELECT count(*), coalesce(sum(nb + nc), 0), count(*) FILTER ({_IS_ODD}) FROM todo t"
-        )
-        # Every verdict is in ``todo`` but those of the plain passes, two each.
-        self.passes = (sum(self._sizes) - verdicts) // 2
-        if odd:
-            self._run(_ODD.format(odd=_IS_ODD))
+        cases = self._group(plain)
         last, odd_at = -1, 0
         for lo in range(0, cases, CHUNK):
             page = self._fetch(_PAGE, {"lo": lo, "hi": lo + CHUNK})
@@ -333,25 +330,49 @@ class DuckJoin:
             odd_at = self._odd(keys, page, bs, cs, odd_at)
             yield keys, bs, cs
 
-    def _group(self, plain: bool) -> None:
-        """Write ``todo``: the cases handed on, in gate order (see the module docstring).
-        Past what DuckDB holds in memory, the group-by runs in parts by a hash of the
-        case id (each case wholly in one part), which bounds what it spills."""
+    def _group(self, plain: bool) -> int:
+        """Write ``todo`` (the cases handed on, in gate order) and ``odd`` (the verdicts of
+        those with epochs or a verdict kept whole); how many cases are handed on.
+
+        Past what DuckDB holds in memory, the group-by runs in parts by a hash of the case
+        id (each case wholly in one part), one after the other into ``grouped``, which
+        bounds what it spills; the verdicts are dropped before ``grouped`` is sorted."""
         where = "" if plain else _NOT_PLAIN
         params = {"baseline": self._sizes[0]}
         parts = _parts(sum(self._sizes), self._limit)
         if parts == 1:
-            self._run(
-                f"CREATE TABLE todo AS {_GROUPED.format(part='', where=where)} ORDER BY place",
-                params,
-            )
-            return
-        for k in range(parts):
-            grouped = _GROUPED.format(part=f"WHERE hash(key) % {parts} = {k}", where=where)
-            head = "CREATE TABLE grouped AS" if k == 0 else "INSERT INTO grouped"
-            self._run(f"{head} {grouped}", params)
-        self._run("CREATE TABLE todo AS SELECT * FROM grouped ORDER BY place")
-        self._run("DROP TABLE grouped")
+            grouped = _GROUPED.format(part="", where=where)
+            self._run(f"CREATE TABLE todo AS {grouped} ORDER BY place", params)
+            table = "todo"
+        else:
+            for k in range(parts):
+                grouped = _GROUPED.format(part=f"WHERE hash(key) % {parts} = {k}", where=where)
+                head = "CREATE TABLE grouped AS" if k == 0 else "INSERT INTO grouped"
+                self._run(f"{head} {grouped}", params)
+            table = "grouped"
+        cases, verdicts, odd = self._counts(
+            f"SELECT count(*), coalesce(sum(nb + nc), 0), count(*) FILTER ({_IS_ODD}) "
+            f"FROM {table} t"
+        )
+        # Every verdict is handed on but those of the plain passes, two each.
+        self.passes = (sum(self._sizes) - verdicts) // 2
+        if odd:
+            self._run(_ODD.format(todo=table, odd=_IS_ODD))
+        self._drop_verdicts()
+        if table == "grouped":
+            self._run("CREATE TABLE todo AS SELECT * FROM grouped ORDER BY place")
+            self._run("DROP TABLE grouped")
+        return cases
+
+    def _drop_verdicts(self) -> None:
+        """Drop the verdicts once lined up: their room (in memory, or spilled) is free for
+        the sort and the pages."""
+        self._run("DROP VIEW verdicts")
+        for table in self._plain:
+            self._run(f"DROP TABLE {table}")
+            self._run(f"DROP TABLE {table}_kinds")
+        self._run("DROP TABLE decoded")
+        self._run("DROP TABLE whole")
 
     def _sides(self, keys: list[str], counts: Any, w: Any) -> list[Any]:
         """One side of a page of cases: its verdict where it has one that its columns make
