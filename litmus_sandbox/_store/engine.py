@@ -69,11 +69,14 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Rows appended to DuckDB at a time, and cases handed on at a time.
 BATCH = 1 << 16
 CHUNK = 16_384
-#: What a verdict costs the group-by on the case id, about, in bytes (see :func:`_parts`).
-#: Measured at 10M pairs (20M verdicts, 22-character ids) under a 512 MiB limit, the
-#: temporary folder at its peak: in one part 2.4 GB; in four 0.8 GB for the table (the
-#: plain passes left out) and 1.0 GB for JSON (every case kept); in six 0.8 GB for JSON.
-_ROW_BYTES = 150
+#: What a verdict costs the group-by on the case id, about, in bytes (see :func:`_parts`):
+#: with the plain passes left out, and with every case kept (then every case waits, in
+#: DuckDB, for the sort into gate order). Measured at 10M pairs (20M verdicts,
+#: 22-character ids) under a 512 MiB limit, the temporary folder at its peak: in one part
+#: 2.4 GB; the table in four parts 0.8 GB; JSON in four 1.0 GB, in six 0.8 GB. Each part
+#: reads the verdicts again: four parts took the table 53 s, six 63 s.
+_ROW_BYTES = 100
+_ROW_BYTES_EVERY_CASE = 150
 #: The least memory DuckDB is given, whatever the budget.
 _MIN_LIMIT = 64 << 20
 
@@ -339,7 +342,7 @@ class DuckJoin:
         bounds what it spills; the verdicts are dropped before ``grouped`` is sorted."""
         where = "" if plain else _NOT_PLAIN
         params = {"baseline": self._sizes[0]}
-        parts = _parts(sum(self._sizes), self._limit)
+        parts = _parts(sum(self._sizes), self._limit, every_case=plain)
         if parts == 1:
             grouped = _GROUPED.format(part="", where=where)
             self._run(f"CREATE TABLE todo AS {grouped} ORDER BY place", params)
@@ -454,11 +457,12 @@ class DuckJoin:
             raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
 
 
-def _parts(rows: int, limit: int) -> int:
+def _parts(rows: int, limit: int, *, every_case: bool = False) -> int:
     """How many parts the group-by on the case id runs in: one while its ``rows``
-    verdicts, at :data:`_ROW_BYTES` each, fit DuckDB's ``limit``; else enough parts that
-    each does."""
-    return max(1, -(-rows * _ROW_BYTES // limit))
+    verdicts, at :data:`_ROW_BYTES` each (:data:`_ROW_BYTES_EVERY_CASE` with
+    ``every_case``), fit DuckDB's ``limit``; else enough parts that each does."""
+    cost = _ROW_BYTES_EVERY_CASE if every_case else _ROW_BYTES
+    return max(1, -(-rows * cost // limit))
 
 
 def _side(verdicts: list[AnyVerdict]) -> AnyVerdict | list[AnyVerdict] | None:

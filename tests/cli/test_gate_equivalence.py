@@ -48,7 +48,7 @@ def test_a_group_by_in_parts_writes_the_same_report(
     whole = _run(tmp_path, args, "json", "whole.json")
     asked: list[int] = []
 
-    def five(rows: int, limit: int) -> int:
+    def five(rows: int, limit: int, *, every_case: bool = False) -> int:
         asked.append(rows)
         return 5
 

@@ -65,22 +65,25 @@ def test_the_engine_in_parts_decides_as_compare_case(
         _check(b, c, dict.fromkeys(excluded, "why"))
 
 
-@given(st.integers(0, 10**9), st.integers(64 << 20, 1 << 34))
+@given(st.integers(0, 10**9), st.integers(64 << 20, 1 << 34), st.booleans())
 def test_the_group_by_runs_whole_while_it_fits_and_in_parts_past_that(
-    rows: int, limit: int
+    rows: int, limit: int, every_case: bool
 ) -> None:
-    parts = engine._parts(rows, limit)
+    cost = engine._ROW_BYTES_EVERY_CASE if every_case else engine._ROW_BYTES
+    parts = engine._parts(rows, limit, every_case=every_case)
     assert parts >= 1
-    assert (parts == 1) == (rows * engine._ROW_BYTES <= limit)
-    assert rows * engine._ROW_BYTES <= parts * limit  # each part fits, on the whole
-    assert engine._parts(rows * 2, limit) >= parts
+    assert (parts == 1) == (rows * cost <= limit)
+    assert rows * cost <= parts * limit  # each part fits, on the whole
+    assert engine._parts(rows * 2, limit, every_case=every_case) >= parts
+    assert engine._parts(rows, limit, every_case=True) >= engine._parts(rows, limit)
 
 
-def test_ten_million_pairs_group_in_six_parts_at_the_default_budget() -> None:
-    """The measured case (see ``_ROW_BYTES``): 20M verdicts, a 512 MiB limit."""
+def test_ten_million_pairs_group_in_four_or_six_parts_at_the_default_budget() -> None:
+    """The measured cases (see ``_ROW_BYTES``): 20M verdicts, a 512 MiB limit."""
     limit = engine.DEFAULT_MEMORY_BUDGET // 2
-    assert engine._parts(20_000_000, limit) == 6
-    assert engine._parts(2_000_000, limit) == 1
+    assert engine._parts(20_000_000, limit) == 4
+    assert engine._parts(20_000_000, limit, every_case=True) == 6
+    assert engine._parts(2_000_000, limit, every_case=True) == 1
 
 
 def test_verdicts_it_cannot_make_again_come_back_whole() -> None:
