@@ -27,6 +27,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from litmus_sandbox._core.gate import (
     ANNOTATIONS,
@@ -95,20 +96,32 @@ class SuiteTally:
 
     def note(self, results: Iterable[CaseResult]) -> None:
         kinds = self._kinds
+        # The decider hands the cases of one kind one tuple of reasons: it is looked up by
+        # identity (the results hold every tuple alive meanwhile), and its codes counted
+        # once per tuple at the end, not once per case.
+        seen: dict[int, list[Any]] = {}
         for r in results:
-            if not r.reasons:
+            reasons = r.reasons
+            if not reasons:
                 continue
-            kind = kinds.get(r.reasons)
-            if kind is None:
-                if len(kinds) > _KEPT:
-                    kinds.clear()
-                kind = kinds[r.reasons] = _kind(r.reasons)
-            codes, settling, remedies = kind
-            self._reasons.update(codes)
-            if "oracle_contradicts_judge" in codes and r.outcome != "EXCLUDED":
+            entry = seen.get(id(reasons))
+            if entry is None:
+                kind = kinds.get(reasons)
+                if kind is None:
+                    if len(kinds) > _KEPT:
+                        kinds.clear()
+                    kind = kinds[reasons] = _kind(reasons)
+                entry = seen[id(reasons)] = [kind, 0]
+            entry[1] += 1
+            kind = entry[0]
+            if kind[3] and r.outcome != "EXCLUDED":
                 self._blocking += 1
             if r.outcome == _REBASE or r.outcome == _RERUN:
-                self._plan(r, settling, remedies)
+                self._plan(r, kind[1], kind[2])
+        counts = self._reasons
+        for kind, n in seen.values():
+            for code in kind[0]:
+                counts[code] += n
 
     def _plan(self, r: CaseResult, codes: tuple[str, ...], remedies: frozenset[str]) -> None:
         if "rerun_candidate" in remedies:
@@ -307,17 +320,20 @@ class CaseDecider:
         return [k for k in self._exclusions if k not in self.matched]
 
 
-_Kind = tuple[frozenset[str], tuple[str, ...], frozenset[str]]
+#: A tuple of reasons' codes; the codes and remedies of those that settle the case (what
+#: the re-baseline plan lists); whether a contradiction is among them.
+_Kind = tuple[frozenset[str], tuple[str, ...], frozenset[str], bool]
 
 
 def _kind(reasons: tuple[Reason, ...]) -> _Kind:
-    """The codes of ``reasons``, and the codes and remedies of those that settle the case
-    (what the re-baseline plan lists)."""
+    """What the tally reads of ``reasons`` (see :data:`_Kind`)."""
     settling = [x for x in reasons if x.remedy is not None and x.code not in ANNOTATIONS]
+    codes = frozenset(map(_code, reasons))
     return (
-        frozenset(map(_code, reasons)),
+        codes,
         tuple(sorted({x.code for x in settling})),
         frozenset(x.remedy for x in settling if x.remedy is not None),
+        "oracle_contradicts_judge" in codes,
     )
 
 

@@ -54,7 +54,7 @@ def test_the_engine_over_the_same_cases_shuffled(b: list[Any], data: st.DataObje
     _check(b, c, {})
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(_side, _side, st.sets(st.sampled_from(["a", "c", "zz"])), st.integers(2, 4))
 def test_the_engine_in_parts_decides_as_compare_case(
     b: list[Any], c: list[Any], excluded: set[str], parts: int
