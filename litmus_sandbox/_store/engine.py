@@ -25,7 +25,7 @@ decider takes (:class:`~litmus_sandbox._core.tally.CaseDecider`): only the cases
 need a decision become Python objects.
 
 What that group-by spills grows with the suite. Past what DuckDB's memory limit holds
-(:func:`_parts`), it runs in parts, by a hash of the case id: each case falls wholly in
+(:func:`~litmus_sandbox._store.engine_sql.parts`), it runs in parts, by a hash of the case id: each case falls wholly in
 one part, so each part's cases are exact, and they are put in gate order together.
 
 DuckDB runs under a memory limit (half of ``--memory-budget``: the rest is Python's, and
@@ -48,6 +48,7 @@ from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._core.joins import Chunk
 from litmus_sandbox._model.errors import UpstreamError
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict, PolicyRecord
+from litmus_sandbox._store import engine_sql
 from litmus_sandbox._store.duck_read import read_plain_legacy
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox._store.verdict_columns import (
@@ -69,58 +70,8 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Rows appended to DuckDB at a time, and cases handed on at a time.
 BATCH = 1 << 16
 CHUNK = 16_384
-#: What a verdict costs the group-by on the case id, about, in bytes (see :func:`_parts`):
-#: with the plain passes left out, and with every case kept (then every case waits, in
-#: DuckDB, for the sort into gate order). Measured at 10M pairs (20M verdicts,
-#: 22-character ids) under a 512 MiB limit, the temporary folder at its peak: in one part
-#: 2.4 GB; the table in four parts 0.8 GB; JSON in four 1.0 GB, in six 0.8 GB. Each part
-#: reads the verdicts again: four parts took the table 53 s, six 63 s.
-_ROW_BYTES = 100
-_ROW_BYTES_EVERY_CASE = 150
 #: The least memory DuckDB is given, whatever the budget.
 _MIN_LIMIT = 64 << 20
-
-_SCHEMA = """
-CREATE TABLE decoded (side UTINYINT, pos UBIGINT, key VARCHAR, safe BOOLEAN, code INTEGER);
-CREATE TABLE whole (side UTINYINT, pos UBIGINT, rec BLOB);
-CREATE TABLE excluded (key VARCHAR);
-"""
-# Gate order, epochs and plain passes in one group-by (see the module docstring): a
-# case's place, its verdicts a side, and a side's code and ``safe`` as ``2 * code + safe``
-# (those of its verdict, when it has one). The cases handed on are written in gate
-# order: ``rowid`` is then a case's rank among them.
-_GROUPED = """
-SELECT key, place, n - nc AS nb, nc, coalesce(bw, 0) AS bw, coalesce(cw, 0) AS cw
-FROM (
-  SELECT key,
-         min(pos + side * $baseline)::BIGINT AS place,
-         count(*)::INTEGER AS n,
-         sum(side)::INTEGER AS nc,
-         min(CASE side WHEN 0 THEN 2 * code + safe::INTEGER END) AS bw,
-         min(CASE side WHEN 1 THEN 2 * code + safe::INTEGER END) AS cw
-  FROM verdicts {part} GROUP BY key
-)
-{where}
-"""
-# Not a plain pass: not one verdict a side, both safe (odd), of one code, not negative.
-_NOT_PLAIN = """
-WHERE NOT (n = 2 AND nc = 1 AND bw = cw AND bw >= 1 AND bw % 2 = 1)
-   OR key IN (SELECT key FROM excluded)
-"""
-_PAGE = "SELECT * FROM todo WHERE rowid >= $lo AND rowid < $hi"
-# The verdicts of the cases with epochs or a verdict kept whole, in gate order.
-_KEPT_WHOLE = (2 * WHOLE, 2 * WHOLE + 1)
-_ODD = f"""
-CREATE TABLE odd AS
-SELECT v.key, v.safe, v.code, w.rec
-FROM {{todo}} t JOIN verdicts v ON v.key = t.key
-LEFT JOIN whole w ON v.code = {WHOLE} AND w.side = v.side AND w.pos = v.pos
-WHERE {{odd}}
-ORDER BY t.place, v.side, v.pos
-"""
-# Epochs, or a verdict kept whole (``2 * WHOLE + safe``).
-_IS_ODD = f"t.nb > 1 OR t.nc > 1 OR t.bw IN {_KEPT_WHOLE} OR t.cw IN {_KEPT_WHOLE}"
-_ODD_PAGE = "SELECT * FROM odd WHERE rowid >= $lo AND rowid < $hi"
 
 
 class DuckJoin:
@@ -172,7 +123,7 @@ class DuckJoin:
         self._connection = db
         # DuckDB draws a bar on standard output for a long query: where the report goes.
         db.execute("SET enable_progress_bar = false")
-        db.execute(_SCHEMA)
+        db.execute(engine_sql.SCHEMA)
         if self._exclusions:
             self._append("excluded", {"key": _objects(self._exclusions)})
         return db
@@ -322,7 +273,7 @@ class DuckJoin:
         cases = self._group(plain)
         last, odd_at = -1, 0
         for lo in range(0, cases, CHUNK):
-            page = self._fetch(_PAGE, {"lo": lo, "hi": lo + CHUNK})
+            page = self._fetch(engine_sql.PAGE, {"lo": lo, "hi": lo + CHUNK})
             places = page["place"]
             if places[0] <= last or (len(places) > 1 and bool((places[1:] <= places[:-1]).any())):
                 raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
@@ -340,27 +291,29 @@ class DuckJoin:
         Past what DuckDB holds in memory, the group-by runs in parts by a hash of the case
         id (each case wholly in one part), one after the other into ``grouped``, which
         bounds what it spills; the verdicts are dropped before ``grouped`` is sorted."""
-        where = "" if plain else _NOT_PLAIN
+        where = "" if plain else engine_sql.NOT_PLAIN
         params = {"baseline": self._sizes[0]}
-        parts = _parts(sum(self._sizes), self._limit, every_case=plain)
+        parts = engine_sql.parts(sum(self._sizes), self._limit, every_case=plain)
         if parts == 1:
-            grouped = _GROUPED.format(part="", where=where)
+            grouped = engine_sql.GROUPED.format(part="", where=where)
             self._run(f"CREATE TABLE todo AS {grouped} ORDER BY place", params)
             table = "todo"
         else:
             for k in range(parts):
-                grouped = _GROUPED.format(part=f"WHERE hash(key) % {parts} = {k}", where=where)
+                grouped = engine_sql.GROUPED.format(
+                    part=f"WHERE hash(key) % {parts} = {k}", where=where
+                )
                 head = "CREATE TABLE grouped AS" if k == 0 else "INSERT INTO grouped"
                 self._run(f"{head} {grouped}", params)
             table = "grouped"
         cases, verdicts, odd = self._counts(
-            f"SELECT count(*), coalesce(sum(nb + nc), 0), count(*) FILTER ({_IS_ODD}) "
+            f"SELECT count(*), coalesce(sum(nb + nc), 0), count(*) FILTER ({engine_sql.IS_ODD}) "
             f"FROM {table} t"
         )
         # Every verdict is handed on but those of the plain passes, two each.
         self.passes = (sum(self._sizes) - verdicts) // 2
         if odd:
-            self._run(_ODD.format(todo=table, odd=_IS_ODD))
+            self._run(engine_sql.ODD.format(todo=table, odd=engine_sql.IS_ODD))
         self._drop_verdicts()
         if table == "grouped":
             self._run("CREATE TABLE todo AS SELECT * FROM grouped ORDER BY place")
@@ -408,7 +361,7 @@ class DuckJoin:
         if not odd.any():
             return at
         rows = int((nb[odd] + nc[odd]).sum())
-        got = self._fetch(_ODD_PAGE, {"lo": at, "hi": at + rows})
+        got = self._fetch(engine_sql.ODD_PAGE, {"lo": at, "hi": at + rows})
         verdict = self.kinds.verdict
         made = [
             verdict(k, s, c) if c != WHOLE else unseal(r)
@@ -455,14 +408,6 @@ class DuckJoin:
             return dict(self._db.execute(sql, params).fetchnumpy())
         except duckdb.Error as e:
             raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
-
-
-def _parts(rows: int, limit: int, *, every_case: bool = False) -> int:
-    """How many parts the group-by on the case id runs in: one while its ``rows``
-    verdicts, at :data:`_ROW_BYTES` each (:data:`_ROW_BYTES_EVERY_CASE` with
-    ``every_case``), fit DuckDB's ``limit``; else enough parts that each does."""
-    cost = _ROW_BYTES_EVERY_CASE if every_case else _ROW_BYTES
-    return max(1, -(-rows * cost // limit))
 
 
 def _side(verdicts: list[AnyVerdict]) -> AnyVerdict | list[AnyVerdict] | None:

@@ -11,7 +11,7 @@ import pytest
 from gate_suites import FORMATS, SUITES, MemoryJoin
 
 from litmus_sandbox._cli import main as cli
-from litmus_sandbox._store import duck_read, engine
+from litmus_sandbox._store import duck_read, engine_sql
 
 #: Suites gated in every format; the others in JSON (what every format is written from).
 EVERY_FORMAT = ("mixed", "stream-shuffled", "legacy-shuffled-3", "native-shuffled-3")
@@ -39,7 +39,7 @@ def test_the_engine_writes_the_reference_joins_report(
         asked.append(rows)
         return 5
 
-    monkeypatch.setattr(engine, "_parts", five)
+    monkeypatch.setattr(engine_sql, "parts", five)
     assert _run(tmp_path, args, "json", "parts.json") == got["json"]
     assert asked  # the parted path ran
     monkeypatch.setattr("litmus_sandbox._cli.gate.DuckJoin", MemoryJoin)

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from litmus_sandbox._core.suite import gate_lined_up, stream_gate
 from litmus_sandbox._model.codec import decode_verdict_record
-from litmus_sandbox._store import engine
-from litmus_sandbox._store.engine import DuckJoin
+from litmus_sandbox._store import engine_sql
+from litmus_sandbox._store.engine import DEFAULT_MEMORY_BUDGET, DuckJoin
 
 
 def _engine(b: list[Any], c: list[Any], sink: Kept, exclusions: dict[str, str]) -> Any:
@@ -61,7 +61,7 @@ def test_the_engine_in_parts_decides_as_compare_case(
 ) -> None:
     """The group-by on the case id in parts (as past DuckDB's memory): the same cases,
     each once, in gate order."""
-    with mock.patch.object(engine, "_parts", return_value=parts):
+    with mock.patch.object(engine_sql, "parts", return_value=parts):
         _check(b, c, dict.fromkeys(excluded, "why"))
 
 
@@ -69,21 +69,21 @@ def test_the_engine_in_parts_decides_as_compare_case(
 def test_the_group_by_runs_whole_while_it_fits_and_in_parts_past_that(
     rows: int, limit: int, every_case: bool
 ) -> None:
-    cost = engine._ROW_BYTES_EVERY_CASE if every_case else engine._ROW_BYTES
-    parts = engine._parts(rows, limit, every_case=every_case)
+    cost = engine_sql.ROW_BYTES_EVERY_CASE if every_case else engine_sql.ROW_BYTES
+    parts = engine_sql.parts(rows, limit, every_case=every_case)
     assert parts >= 1
     assert (parts == 1) == (rows * cost <= limit)
     assert rows * cost <= parts * limit  # each part fits, on the whole
-    assert engine._parts(rows * 2, limit, every_case=every_case) >= parts
-    assert engine._parts(rows, limit, every_case=True) >= engine._parts(rows, limit)
+    assert engine_sql.parts(rows * 2, limit, every_case=every_case) >= parts
+    assert engine_sql.parts(rows, limit, every_case=True) >= engine_sql.parts(rows, limit)
 
 
 def test_ten_million_pairs_group_in_four_or_six_parts_at_the_default_budget() -> None:
-    """The measured cases (see ``_ROW_BYTES``): 20M verdicts, a 512 MiB limit."""
-    limit = engine.DEFAULT_MEMORY_BUDGET // 2
-    assert engine._parts(20_000_000, limit) == 4
-    assert engine._parts(20_000_000, limit, every_case=True) == 6
-    assert engine._parts(2_000_000, limit, every_case=True) == 1
+    """The measured cases (see ``ROW_BYTES``): 20M verdicts, a 512 MiB limit."""
+    limit = DEFAULT_MEMORY_BUDGET // 2
+    assert engine_sql.parts(20_000_000, limit) == 4
+    assert engine_sql.parts(20_000_000, limit, every_case=True) == 6
+    assert engine_sql.parts(2_000_000, limit, every_case=True) == 1
 
 
 def test_verdicts_it_cannot_make_again_come_back_whole() -> None:
@@ -118,7 +118,7 @@ def test_the_spill_folder_is_private_and_removed(tmp_path: Path, monkeypatch: An
 
 _SETTING = """
 from litmus_sandbox._model.records import LegacyVerdict
-from litmus_sandbox._store.engine import DuckJoin
+from litmus_sandbox._store.engine import DEFAULT_MEMORY_BUDGET, DuckJoin
 with DuckJoin(memory_budget=1 << 26) as join:
     join.add_verdicts(0, [LegacyVerdict(run_id="a", safe=True)])
     print(join._db.execute("SELECT current_setting('enable_progress_bar')").fetchall())
