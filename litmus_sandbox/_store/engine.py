@@ -25,8 +25,9 @@ decider takes (:class:`~litmus_sandbox._core.tally.CaseDecider`): only the cases
 need a decision become Python objects.
 
 What that group-by spills grows with the suite. Past what DuckDB's memory limit holds
-(:func:`~litmus_sandbox._store.engine_sql.parts`), it runs in parts, by a hash of the case id: each case falls wholly in
-one part, so each part's cases are exact, and they are put in gate order together.
+(:func:`~litmus_sandbox._store.engine_sql.parts`), it runs in parts, by a hash of the
+case id: each case falls wholly in one part, so each part's cases are exact, and they
+are put in gate order together. The SQL is in ``_store/engine_sql.py``.
 
 DuckDB runs under a memory limit (half of ``--memory-budget``: the rest is Python's, and
 the report's), with its spill in a private temporary directory (``mkdtemp``, mode 0700)
