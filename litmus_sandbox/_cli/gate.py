@@ -102,7 +102,8 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MEMORY_BUDGET,
         metavar="SIZE",
         help="memory the gate may use (default 1G); past half of it, its join engine "
-        "(DuckDB) spills to a private temporary folder",
+        "(DuckDB) spills to a private temporary folder (DuckDB gets at least 64M, and "
+        "the process needs about 200 MB: a smaller budget runs, spilling more)",
     )
 
 

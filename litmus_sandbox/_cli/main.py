@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from litmus_sandbox._cli.parser import Parser
 from litmus_sandbox._model.about import package_version
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_USAGE = 0, 2
 #: litmus-sandbox itself failed (a bug): distinct from 1, which always means a regression.
 EXIT_INTERNAL = 3
+#: Interrupted (Ctrl-C), as a shell reports a command SIGINT stopped.
+EXIT_INTERRUPTED = 130
 #: What ``litmus-sandbox --help`` says of the exit codes (each command's help says its own).
 EXIT_CODES = (
     "exit codes: 0 nothing blocks; 1 a REGRESSION (gate), a divergence (replay --check), a "
@@ -42,7 +47,7 @@ EXIT_CODES = (
     "itself failed (a bug); 4 NEEDS_REBASELINE / NEEDS_RERUN cases and no regression "
     "(gate, unless --allow-unresolved); 5 nothing was compared (gate, "
     "unless --allow-empty); 6 the judge gave no verdict for some steps (score, rebaseline, "
-    "gate --candidate-episodes); 130 stopped by a signal (proxy mcp)."
+    "gate --candidate-episodes); 130 interrupted (Ctrl-C), or stopped by a signal (proxy mcp)."
 )
 #: Each command and its one-line help, in the order ``--help`` lists them.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -492,30 +497,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["proxy"]:  # the proxy's standard output is the MCP stream itself
         _keep_going_without_a_reader()
-    try:
-        args = _parse(argv)
-        code: int = args.func(args)
-        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
-    except LitmusError as exc:
+    with _Interrupts() as interrupts:
+        try:
+            args = _parse(argv)
+            code: int = args.func(args)
+            sys.stdout.flush()  # inside the try: a reader that left shows up here, not at exit
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except Exception as exc:
+            # A library that turns Ctrl-C into an error of its own (DuckDB's "Query
+            # interrupted") was still interrupted: not a bug, and not bad input.
+            return EXIT_INTERRUPTED if interrupts.seen else _failed(exc)
+    return code
+
+
+def _failed(exc: Exception) -> int:
+    """What a command that raised ``exc`` says, and its exit code."""
+    if isinstance(exc, LitmusError):
         _error(str(exc))
         return EXIT_USAGE
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         return _quiet_broken_pipe()
-    except ModuleNotFoundError as exc:
+    if isinstance(exc, ModuleNotFoundError):
         line = missing_extra(exc)
         if line is None:
             return _internal_error(exc)
         _error(line)
         return EXIT_USAGE
-    except OSError as exc:
+    if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
         _error(f"{where}{exc.strerror or exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        return _internal_error(exc)
-    return code
+    return _internal_error(exc)
+
+
+class _Interrupts:
+    """Notes a Ctrl-C (``SIGINT``) while a command runs, then raises KeyboardInterrupt as
+    Python's own handler does; only in the main thread, and only where that handler is
+    in place (a command or a caller with a handler of its own keeps it)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._before: Any = None
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupts:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._before = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._before is not None and signal.getsignal(signal.SIGINT) == self._note:
+            signal.signal(signal.SIGINT, self._before)
 
 
 if __name__ == "__main__":

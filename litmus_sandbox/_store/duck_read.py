@@ -144,6 +144,8 @@ def read_plain_legacy(
         db.execute("SET preserve_insertion_order = true")  # rowid: the line
         db.execute(_ROWS.replace("__table__", table), {"path": local})
         groups = db.execute(_KINDS.replace("__table__", table)).fetchall()
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None  # Ctrl-C: not a file for the readers to try
     except duckdb.Error:
         groups = None  # not JSON lines: the readers will say where
     finally:
