@@ -114,13 +114,14 @@ def litmus_tool(
             return value
 
         call = CallSteps("inspect", f"{name}:{calls}", name, dict(kwargs))
-        history = _HISTORIES.setdefault(transcript(), History())
+        sample = transcript()
+        history = _HISTORIES.setdefault(sample, History())
         if tool_policy.mode == "emulate":
-            if (where := transcript()) not in _TOLD_EMULATOR and resolved.emulator is not None:
+            if sample not in _TOLD_EMULATOR and resolved.emulator is not None:
                 # Once a sample: the header keeps the parameters (the key's variable only).
-                _TOLD_EMULATOR.add(where)
+                _TOLD_EMULATOR.add(sample)
                 setup: dict[str, Any] = {"setup": {"emulator": resolved.emulator.describe()}}
-                where.info({"litmus": setup}, source=INFO_SOURCE)
+                sample.info({"litmus": setup}, source=INFO_SOURCE)
             performed = await _emulated(resolved, spec, cache, call, history)
         else:
             performed = await mode.perform(call, tool_policy, env, runner)

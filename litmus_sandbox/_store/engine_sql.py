@@ -44,8 +44,8 @@ CREATE TABLE excluded (key VARCHAR);
 """
 # Gate order, epochs and plain passes in one group-by (see the module docstring): a
 # case's place, its verdicts a side, and a side's code and ``safe`` as ``2 * code + safe``
-# (those of its verdict, when it has one). The cases handed on are written in gate
-# order: ``rowid`` is then a case's rank among them.
+# (those of its verdict, when it has one); ``{part}`` narrows it to one part. The cases
+# handed on are then sorted into gate order (``todo``): ``rowid`` is a case's rank there.
 GROUPED = """
 SELECT key, place, n - nc AS nb, nc, coalesce(bw, 0) AS bw, coalesce(cw, 0) AS cw
 FROM (
