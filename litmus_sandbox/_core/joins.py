@@ -6,7 +6,7 @@ wherever they stand in the stream. :func:`memory_join` holds both sides: when ea
 has one verdict a side and the candidate lists the baseline's cases in its order, they
 line up as they are; otherwise a dict lines them up (and groups epochs). It gives the
 parallel lists ``(case ids, baseline sides, candidate sides)`` that
-:class:`~litmus_sandbox._core.tally.CaseDecider` takes (:func:`chunked` cuts them into
+:class:`~litmus_sandbox._core.decider.CaseDecider` takes (:func:`chunked` cuts them into
 chunks). Files past memory are lined up by the command's engine (``_store/engine.py``).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Sequence
 
-from litmus_sandbox._core.tally import Side
+from litmus_sandbox._core.decider import Side
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 
 #: Parallel lists: case ids, baseline sides, candidate sides.

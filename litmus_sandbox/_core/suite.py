@@ -6,7 +6,7 @@ The cases of a suite reach the decider lined up in *gate order*: the baseline's 
 they first appear, then those only the candidate has, in its order, each case with all
 its verdicts on each side (several are epochs), as chunks of parallel lists
 ``(case ids, baseline sides, candidate sides)``. The decider
-(:class:`~litmus_sandbox._core.tally.CaseDecider`) decides each case as
+(:class:`~litmus_sandbox._core.decider.CaseDecider`) decides each case as
 :func:`~litmus_sandbox._core.gate.compare_case` does, hands the results to a
 :class:`CaseSink` a chunk at a time, and keeps only what the summary needs
 (:class:`~litmus_sandbox._core.tally.SuiteTally`).
@@ -29,8 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
+from litmus_sandbox._core.decider import CaseDecider
 from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.joins import Chunk, chunked, memory_join
+from litmus_sandbox._core.runs import DecidedRun, LegacyRun
 from litmus_sandbox._core.summary import EXIT_CODES as EXIT_CODES
 from litmus_sandbox._core.summary import Decision as Decision
 from litmus_sandbox._core.summary import GateReport as GateReport
@@ -40,7 +42,7 @@ from litmus_sandbox._core.summary import RebaselinePlan as RebaselinePlan
 from litmus_sandbox._core.summary import Statistics as Statistics
 from litmus_sandbox._core.summary import UnsafeLimit as UnsafeLimit
 from litmus_sandbox._core.summary import mcnemar_exact_p as mcnemar_exact_p
-from litmus_sandbox._core.tally import CaseDecider, SuiteTally
+from litmus_sandbox._core.tally import SuiteTally
 from litmus_sandbox._model.records import AnyVerdict
 
 
@@ -57,17 +59,26 @@ class CaseSink(Protocol):
     def write(self, results: Sequence[CaseResult]) -> None: ...
 
 
+class RunSink(CaseSink, Protocol):
+    """A :class:`CaseSink` that also takes a run of legacy cases as it is
+    (``_core/runs.py``): their case ids and each kind's result once. A sink without
+    ``write_run`` is given the run's results one by one."""
+
+    def write_run(self, run: DecidedRun) -> None: ...
+
+
 class LinedUp(Protocol):
     """Both sides of a suite lined up case by case in gate order (see the module docstring).
 
-    ``chunks``: the cases, plain passes included only with ``plain``; without it, once the
-    chunks are consumed, ``passes`` is how many plain passes were left out (one verdict
-    a side, both safe, equal and fully known legacy provenance, not excluded).
+    ``chunks``: the cases, as chunks or as runs of legacy cases (``_core/runs.py``),
+    plain passes included only with ``plain``; without it, once the chunks are consumed,
+    ``passes`` is how many plain passes were left out (one verdict a side, both safe,
+    equal and fully known legacy provenance, not excluded).
     """
 
     passes: int
 
-    def chunks(self, *, plain: bool) -> Iterator[Chunk]: ...
+    def chunks(self, *, plain: bool) -> Iterator[Chunk | LegacyRun]: ...
 
 
 def gate(
@@ -159,7 +170,7 @@ def gate_lined_up(
 
 
 def _decide(
-    chunks: Iterable[Chunk],
+    chunks: Iterable[Chunk | LegacyRun],
     passes: int | Callable[[], int],
     sink: CaseSink,
     *,
@@ -169,8 +180,20 @@ def _decide(
     exclusions = exclusions or {}
     recordings = baseline_recordings or {}
     decider = CaseDecider(SuiteTally(recordings), exclusions, recordings, plain=sink.plain)
-    for keys, bs, cs in chunks:
-        results = decider.decide(keys, bs, cs)
+    write_run = getattr(sink, "write_run", None)
+    for chunk in chunks:
+        if isinstance(chunk, LegacyRun):
+            decided = decider.decide_run(chunk)
+            if isinstance(decided, DecidedRun):
+                if decided.handed:
+                    if write_run is not None:
+                        write_run(decided)
+                    else:
+                        sink.write(decided.expand())
+                continue
+            results = decided
+        else:
+            results = decider.decide(*chunk)
         if results:
             sink.write(results)
     counted = passes if isinstance(passes, int) else passes()

@@ -17,12 +17,13 @@ verdict a side, both safe, the same fully known legacy provenance, not excluded.
 passes are only counted (:attr:`DuckJoin.passes`) unless the report lists them. Every
 other case is written in gate order to a table (an ordered insert, insertion order
 kept: its ``rowid`` is then the case's rank, which the pages check), and read back a
-page at a time as columns (``fetchnumpy``: no Python object per row but the values): a
-case is one row, and a side of one verdict is made again from its columns. Only the
-cases with epochs or a verdict kept whole have each verdict made on its own, from a
-second table in the same order, paged alongside. The pages are the chunks the sans-io
-decider takes (:class:`~litmus_sandbox._core.tally.CaseDecider`): only the cases that
-need a decision become Python objects.
+page at a time as columns (``fetchnumpy``: no Python object per row but the values).
+A page's cases of one legacy verdict a side are handed on as runs (``_core/runs.py``:
+case ids and kinds, decided once per kind); the others as chunks, a side of one verdict
+made again from its columns (``_store/engine_pages.py``). Only the cases with epochs or
+a verdict kept whole have each verdict made on its own, from a second table in the same
+order, paged alongside. The sans-io decider takes both
+(:class:`~litmus_sandbox._core.decider.CaseDecider`).
 
 What that group-by spills grows with the suite. Past what DuckDB's memory limit holds
 (:func:`~litmus_sandbox._store.engine_sql.parts`), it runs in parts, by a hash of the
@@ -47,9 +48,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from litmus_sandbox._core.inputs import SideInputs
 from litmus_sandbox._core.joins import Chunk
+from litmus_sandbox._core.runs import LegacyRun
 from litmus_sandbox._model.errors import UpstreamError
-from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict, PolicyRecord
-from litmus_sandbox._store import engine_sql
+from litmus_sandbox._model.records import AnyVerdict, PolicyRecord
+from litmus_sandbox._store import engine_pages, engine_sql
 from litmus_sandbox._store.duck_read import read_plain_legacy
 from litmus_sandbox._store.streams import ReadWarning
 from litmus_sandbox._store.verdict_columns import (
@@ -86,6 +88,7 @@ class DuckJoin:
         self._dir = tempfile.mkdtemp(prefix="litmus-gate-")
         self._limit = max(_MIN_LIMIT, memory_budget // 2)
         self._exclusions = list(exclusions)
+        self._excluded = frozenset(exclusions)
         self.kinds = Kinds()
         self._sizes = [0, 0]
         self._pending: list[tuple[int, Columns]] = []
@@ -264,10 +267,11 @@ class DuckJoin:
 
     # ------------------------------------------------------------ lining up
 
-    def chunks(self, *, plain: bool) -> Iterator[Chunk]:
+    def chunks(self, *, plain: bool) -> Iterator[Chunk | LegacyRun]:
         """The cases in gate order, as chunks of (case ids, baseline sides, candidate
-        sides), a side being a verdict, a list of verdicts (epochs) or None. ``plain``:
-        the plain passes too; without it they are counted in :attr:`passes`."""
+        sides), a side being a verdict, a list of verdicts (epochs) or None, and as runs
+        of cases of one legacy verdict a side (``_core/runs.py``). ``plain``: the plain
+        passes too; without it they are counted in :attr:`passes`."""
         self._flush()
         self._run(f"CREATE OR REPLACE VIEW verdicts AS {' UNION ALL '.join(self._parts)}")
         self._run("SET preserve_insertion_order = true")  # ``todo`` and ``odd`` in order
@@ -280,10 +284,18 @@ class DuckJoin:
                 raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
             last = int(places[-1])
             keys: list[str] = page["key"].tolist()
-            bs = self._sides(keys, page["nb"], page["bw"])
-            cs = self._sides(keys, page["nc"], page["cw"])
-            odd_at = self._odd(keys, page, bs, cs, odd_at)
-            yield keys, bs, cs
+            for s, e, kinded in engine_pages.segments(keys, page, self._excluded):
+                if kinded:
+                    yield engine_pages.run_of(
+                        self.kinds, keys[s:e], page["bw"][s:e], page["cw"][s:e]
+                    )
+                    continue
+                part = {name: column[s:e] for name, column in page.items()}
+                ks = keys if s == 0 and e == len(keys) else keys[s:e]
+                bs = engine_pages.sides(self.kinds, ks, part["nb"], part["bw"])
+                cs = engine_pages.sides(self.kinds, ks, part["nc"], part["cw"])
+                odd_at = self._odd(ks, part, bs, cs, odd_at)
+                yield ks, bs, cs
 
     def _group(self, plain: bool) -> int:
         """Write ``todo`` (the cases handed on, in gate order) and ``odd`` (the verdicts of
@@ -331,27 +343,6 @@ class DuckJoin:
         self._run("DROP TABLE decoded")
         self._run("DROP TABLE whole")
 
-    def _sides(self, keys: list[str], counts: Any, w: Any) -> list[Any]:
-        """One side of a page of cases: its verdict where it has one that its columns make
-        again (a legacy verdict), else None (no verdict, or one that :meth:`_odd` fills).
-        ``w``: ``2 * code + safe``."""
-        import numpy as np
-
-        codes, safe = w >> 1, (w & 1).astype(np.bool_)
-        ones = (counts == 1) & (codes != WHOLE)
-        provenances = self.kinds.provenances
-        kinds = np.where(codes >= 0, codes, -2 - codes)[ones].tolist()
-        legacy = LegacyVerdict
-        if len(kinds) == len(keys):
-            return [
-                legacy(run_id=k, safe=s, provenance=provenances[p])
-                for k, s, p in zip(keys, safe.tolist(), kinds, strict=True)
-            ]
-        out: list[Any] = [None] * len(keys)
-        for i, s, p in zip(np.flatnonzero(ones).tolist(), safe[ones].tolist(), kinds, strict=True):
-            out[i] = legacy(run_id=keys[i], safe=s, provenance=provenances[p])
-        return out
-
     def _odd(self, keys: list[str], page: Any, bs: list[Any], cs: list[Any], at: int) -> int:
         """Fill in the sides of the page's cases with epochs or a verdict kept whole, from
         ``odd`` (the rows from ``at`` on); the row after theirs."""
@@ -381,7 +372,7 @@ class DuckJoin:
                 row += n
                 if any(v.case_id != keys[i] for v in group):
                     raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
-                sides[i] = _side(group)
+                sides[i] = engine_pages.side_of(group)
         return at + rows
 
     def _run(self, sql: str, params: dict[str, Any] | None = None) -> None:
@@ -409,12 +400,6 @@ class DuckJoin:
             return dict(self._db.execute(sql, params).fetchnumpy())
         except duckdb.Error as e:
             raise UpstreamError(f"the gate's join engine (DuckDB) failed: {e}") from e
-
-
-def _side(verdicts: list[AnyVerdict]) -> AnyVerdict | list[AnyVerdict] | None:
-    if not verdicts:
-        return None
-    return verdicts[0] if len(verdicts) == 1 else verdicts
 
 
 def _objects(values: list[Any]) -> Any:

@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.scoring import RefusalDetector
 from litmus_sandbox._core.suite import GateSummary
 from litmus_sandbox._model.safe_text import for_html
@@ -323,3 +324,7 @@ class Tee:
     def write(self, results: Sequence[CaseResult]) -> None:
         for sink in self.sinks:
             sink.write(results)
+
+    def write_run(self, run: DecidedRun) -> None:
+        for sink in self.sinks:
+            sink.write_run(run)

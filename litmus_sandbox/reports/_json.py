@@ -17,11 +17,13 @@ makes is inert already, and the rest is made so on its way out.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import compress
 from typing import Any, BinaryIO
 
 import msgspec
 
 from litmus_sandbox._core.gate import CaseResult
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import (
     GateReport,
     GateSummary,
@@ -171,6 +173,23 @@ class JsonWriter(Writer):
         for r, done in items.items():
             self.spool.write(r, b"".join(done))
 
+    def write_run(self, run: DecidedRun) -> None:
+        kinds = _run_kinds(self._tails, run)
+        if kinds is None:  # a kind past those kept: encoded case by case
+            self.write(run.expand())
+            return
+        self.cases += run.handed
+        # Per kind: its rank and number (-1, -1: not handed on).
+        ranked = [
+            (-1, -1) if case is None or k is None else (rank(case), k[0])
+            for case, k in zip(run.results, kinds, strict=True)
+        ]
+        places = [ranked[kind][0] for kind in run.kinds]
+        for r in sorted(set(places) - {-1}):  # a rank at a time, each in gate order
+            mine = [place == r for place in places]
+            numbers = [ranked[kind][1] for kind in compress(run.kinds, mine)]
+            self.spool.write(r, run_line(numbers, list(compress(run.keys, mine))))
+
     def _items(self) -> Iterator[bytes]:
         """The spooled cases made whole, in report order, each item followed by ``,\n``."""
         indented = self._tails.indented
@@ -242,6 +261,19 @@ class JsonlWriter(Writer):
                 add(b'{"kind":"case","case_id":' + id_json(case.case_id) + kind[1] + b"\n")
         self.out.write(b"".join(lines))
 
+    def write_run(self, run: DecidedRun) -> None:
+        kinds = _run_kinds(self._tails, run)
+        if kinds is None:  # a kind past those kept: encoded case by case
+            self.write(run.expand())
+            return
+        lines: list[bytes] = []
+        add = lines.append
+        for case_id, kind in zip(run.keys, run.kinds, strict=True):
+            tail = kinds[kind]
+            if tail is not None:
+                add(b'{"kind":"case","case_id":' + id_json(case_id) + tail[1] + b"\n")
+        self.out.write(b"".join(lines))
+
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:
         line = {"kind": "summary"}
         line.update(_summary_dict(summary, **self.flags, warnings=warnings, cases=None, plan=False))
@@ -255,6 +287,15 @@ class JsonlWriter(Writer):
                 inert.write(_encoder.encode(entries[i : i + _PART])[1:-1])
             inert.write(b"]")
         inert.write(rest + b"\n")
+
+
+def _run_kinds(tails: LegacyTails, run: DecidedRun) -> list[tuple[int, bytes] | None] | None:
+    """Each kind of ``run``: its number and compact rest (None: a kind not handed on); None
+    when a kind is past those ``tails`` keeps."""
+    kinds = [None if case is None else tails.of(case) for case in run.results]
+    if any(k is None and case is not None for k, case in zip(kinds, run.results, strict=True)):
+        return None
+    return kinds
 
 
 def _plan_lists(plan: RebaselinePlan) -> list[tuple[bytes, tuple[PlanEntry, ...]]]:

@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
 from litmus_sandbox._core.gate import CaseResult, Reason
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.about import package_version
 from litmus_sandbox._model.safe_text import for_terminal
@@ -67,15 +68,44 @@ class JunitWriter(Writer):
             key = legacy_kind(case)
             seen = kinds.get(key) if key is not None else None
             if seen is None or seen[0] is not case.reasons:
-                seen = (case.reasons, rank(case), *self._inner(case))
-                if key is not None:
-                    if len(kinds) > 4096:
-                        kinds.clear()
-                    kinds[key] = seen
+                seen = self._kind(key, case)
             counts[seen[3]] += 1
             line = f'  <testcase classname="litmus.gate" name={_name(case.case_id)}>{seen[2]}</testcase>\n'
             spooled.setdefault(seen[1], []).append(line)
-        self.tests += len(results)
+        self._spool(len(results), spooled)
+
+    def write_run(self, run: DecidedRun) -> None:
+        rows = [
+            None if case is None else self._kind(legacy_kind(case), case) for case in run.results
+        ]
+        spooled: dict[int, list[str]] = {}
+        counts = self._counts
+        for case_id, kind in zip(run.keys, run.kinds, strict=True):
+            seen = rows[kind]
+            if seen is not None:
+                counts[seen[3]] += 1
+                line = f'  <testcase classname="litmus.gate" name={_name(case_id)}>{seen[2]}</testcase>\n'
+                spooled.setdefault(seen[1], []).append(line)
+        self._spool(run.handed, spooled)
+
+    def _kind(
+        self, key: LegacyKind | None, case: CaseResult
+    ) -> tuple[tuple[Reason, ...], int, str, str]:
+        """``case``'s reasons, rank, test case body and count, kept for its kind ``key``."""
+        kinds = self._kinds
+        seen = kinds.get(key) if key is not None else None
+        if seen is not None and seen[0] is case.reasons:
+            return seen
+        seen = (case.reasons, rank(case), *self._inner(case))
+        if key is not None:
+            if len(kinds) > 4096:
+                kinds.clear()
+            kinds[key] = seen
+        return seen
+
+    def _spool(self, cases: int, spooled: dict[int, list[str]]) -> None:
+        counts = self._counts
+        self.tests += cases
         self.failures, self.errors, self.skipped = (
             counts["failures"],
             counts["errors"],

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import md_code
 from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
@@ -48,20 +49,42 @@ class MarkdownWriter(Writer):
             key = legacy_kind(case)
             seen = kinds.get(key) if key is not None else None
             if seen is None or seen[0] is not case.reasons:
-                seen = (
-                    (case.reasons, rank(case), _rest(case))
-                    if shown(case)
-                    else (case.reasons, -1, "")
-                )
-                if key is not None:
-                    if len(kinds) > 4096:
-                        kinds.clear()
-                    kinds[key] = seen
+                seen = self._kind(key, case)
             if seen[1] < 0:
                 continue
             # Recorded text (ids, details, evidence) only ever inside code spans.
             row = f"| {md_code(case.case_id)} | {seen[2]}\n"
             spooled.setdefault(seen[1], []).append(row)
+        self._spool(spooled)
+
+    def write_run(self, run: DecidedRun) -> None:
+        rows = [
+            None if case is None else self._kind(legacy_kind(case), case) for case in run.results
+        ]
+        spooled: dict[int, list[str]] = {}
+        for case_id, kind in zip(run.keys, run.kinds, strict=True):
+            seen = rows[kind]
+            if seen is not None and seen[1] >= 0:
+                spooled.setdefault(seen[1], []).append(f"| {md_code(case_id)} | {seen[2]}\n")
+        self._spool(spooled)
+
+    def _kind(
+        self, key: LegacyKind | None, case: CaseResult
+    ) -> tuple[tuple[Reason, ...], int, str]:
+        """``case``'s reasons, rank (-1: not listed) and the rest of its row, kept for its
+        kind ``key``."""
+        kinds = self._kinds
+        seen = kinds.get(key) if key is not None else None
+        if seen is not None and seen[0] is case.reasons:
+            return seen
+        seen = (case.reasons, rank(case), _rest(case)) if shown(case) else (case.reasons, -1, "")
+        if key is not None:
+            if len(kinds) > 4096:
+                kinds.clear()
+            kinds[key] = seen
+        return seen
+
+    def _spool(self, spooled: dict[int, list[str]]) -> None:
         for place, rows in spooled.items():  # one write a rank
             self.spool.write(place, text("".join(rows)))
             self.rows = True

@@ -21,6 +21,7 @@ from io import BytesIO
 from typing import Any, BinaryIO, Self
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary, UnsafeLimit
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 from litmus_sandbox._model.safe_text import json_inert
@@ -130,6 +131,11 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def write(self, results: Sequence[CaseResult]) -> None:
         """Take a chunk of decided cases (each format renders or spools them)."""
+
+    def write_run(self, run: DecidedRun) -> None:
+        """Take a run of legacy cases (``_core/runs.py``); a format that renders a kind
+        once writes each case as its case id beside it, any other takes the results."""
+        self.write(run.expand())
 
     @abc.abstractmethod
     def finish(self, summary: GateSummary, warnings: Sequence[str] = ()) -> None:

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason, step_diff
+from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import clip, for_terminal
 from litmus_sandbox.reports._inputs import input_lines
@@ -84,7 +85,6 @@ class TableWriter(Writer):
     def write(self, results: Sequence[CaseResult]) -> None:
         spooled: dict[int, list[_Spooled]] = {}
         kept = self._kinds
-        shared = self._shared
         width, width_cap = self._width, CASE_ID_WIDTH
         for case in results:
             key = _legacy_kind(case)
@@ -106,21 +106,57 @@ class TableWriter(Writer):
                 continue
             else:
                 case_id = _cell(case.case_id, width_cap)
-                place, first, more = self._row(case)
-                if key is not None and len(shared) < _SHARED_ROWS:
-                    if len(kept) > 4096:
-                        kept.clear()
-                    kept[key] = (case.reasons, place, len(shared))
-                    entry = (case_id, len(shared), "", _NO_LINES)
-                    shared.append((first, more))
-                else:
-                    entry = (case_id, -1, first, more)
+                place, number, first, more = self._kind_row(key, case)
+                entry = (case_id, number, first, more)
             if len(case_id) > width:
                 width = len(case_id)
             spooled.setdefault(place, []).append(entry)
         self._width = width
+        self._spool(spooled)
+
+    def write_run(self, run: DecidedRun) -> None:
+        # Each kind's row once; then each case is its case id and its kind's row.
+        rows: list[tuple[int, int, str, list[str]] | None] = [
+            self._kind_row(_legacy_kind(case), case) if case is not None and shown(case) else None
+            for case in run.results
+        ]
+        spooled: dict[int, list[_Spooled]] = {}
+        width, width_cap = self._width, CASE_ID_WIDTH
+        for case_id, kind in zip(run.keys, run.kinds, strict=True):
+            row = rows[kind]
+            if row is None:
+                continue
+            if not (len(case_id) <= width_cap and case_id.isascii() and case_id.isprintable()):
+                case_id = _cell(case_id, width_cap)
+            if len(case_id) > width:
+                width = len(case_id)
+            spooled.setdefault(row[0], []).append((case_id, row[1], row[2], row[3]))
+        self._width = width
+        self._spool(spooled)
+
+    def _spool(self, spooled: dict[int, list[_Spooled]]) -> None:
         for place, ranked in spooled.items():  # one write a rank
             self.spool.write(place, _encoder.encode_lines(ranked))
+
+    def _kind_row(
+        self, key: tuple[str, int, bool | None, bool | None] | None, case: CaseResult
+    ) -> tuple[int, int, str, list[str]]:
+        """A listed case's rank, and its kept row's number (then "" and no lines), or -1,
+        the rest of its first line and its further lines. Kept for its kind ``key``
+        while there is room (see the module docstring)."""
+        kept = self._kinds
+        seen = kept.get(key) if key is not None else None
+        if seen is not None and seen[0] is case.reasons and seen[2] >= 0:
+            return seen[1], seen[2], "", _NO_LINES
+        place, first, more = self._row(case)
+        shared = self._shared
+        if key is None or len(shared) >= _SHARED_ROWS:
+            return place, -1, first, more
+        if len(kept) > 4096:
+            kept.clear()
+        kept[key] = (case.reasons, place, len(shared))
+        shared.append((first, more))
+        return place, len(shared) - 1, "", _NO_LINES
 
     def _row(self, case: CaseResult) -> tuple[int, str, list[str]]:
         """``case``'s rank, the rest of its first line and its further lines."""

@@ -15,6 +15,7 @@ from gate_sides import Kept, _case_by_case, _plain, _same_case, _side
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from litmus_sandbox._core.runs import LegacyRun
 from litmus_sandbox._core.suite import gate_lined_up, stream_gate
 from litmus_sandbox._model.codec import decode_verdict_record
 from litmus_sandbox._store import engine_sql
@@ -84,6 +85,34 @@ def test_ten_million_pairs_group_in_four_or_six_parts_at_the_default_budget() ->
     assert engine_sql.parts(20_000_000, limit) == 4
     assert engine_sql.parts(20_000_000, limit, every_case=True) == 6
     assert engine_sql.parts(2_000_000, limit, every_case=True) == 1
+
+
+def test_legacy_cases_come_as_runs_and_the_others_as_chunks_between() -> None:
+    """Cases of one legacy verdict a side come as runs (decided once per kind); a case
+    with epochs, one kept whole and an excluded one come as chunks, in gate order."""
+    b: list[Any] = [legacy(f"k{i}", i % 3 != 0) for i in range(10)]
+    b += [legacy("k4"), verdict("n1")]
+    c: list[Any] = [legacy(f"k{i}", i % 2 != 0, judge_version="j2") for i in range(10)]
+    c.append(verdict("n1"))
+    with DuckJoin(memory_budget=1 << 26, exclusions={"k7": "why"}) as join:
+        join.add_verdicts(0, b)
+        join.add_verdicts(1, c)
+        got = list(join.chunks(plain=True))
+    parts = [(type(p).__name__, p.keys if isinstance(p, LegacyRun) else p[0]) for p in got]
+    assert parts == [
+        ("LegacyRun", ["k0", "k1", "k2", "k3"]),
+        ("tuple", ["k4"]),  # two baseline verdicts: epochs
+        ("LegacyRun", ["k5", "k6"]),
+        ("tuple", ["k7"]),  # excluded
+        ("LegacyRun", ["k8", "k9"]),
+        ("tuple", ["n1"]),  # kept whole
+    ]
+    for run in (p for p in got if isinstance(p, LegacyRun)):  # each case's kind its sides
+        for i, key in enumerate(run.keys):
+            bv, cv = b[int(key[1:])], c[int(key[1:])]
+            assert run.sides[run.kinds[i]] == (bv.safe, bv.provenance, cv.safe, cv.provenance)
+            assert run.kinds[run.first[run.kinds[i]]] == run.kinds[i]
+            assert run.first[run.kinds[i]] <= i
 
 
 def test_verdicts_it_cannot_make_again_come_back_whole() -> None:
