@@ -52,19 +52,15 @@ class CaseSink(Protocol):
     ``plain``: whether the sink wants the plain passes too (comparable cases safe on
     both sides that PASS with no reason, decided inline); without them they are only
     counted. A pass unsafe on both sides is always handed on.
+
+    A sink may also have ``write_run(run: DecidedRun)``, to take a run of legacy cases
+    as it is (``_core/runs.py``: their case ids, and each kind's result once); a sink
+    without it is given the run's results one by one.
     """
 
     plain: bool
 
     def write(self, results: Sequence[CaseResult]) -> None: ...
-
-
-class RunSink(CaseSink, Protocol):
-    """A :class:`CaseSink` that also takes a run of legacy cases as it is
-    (``_core/runs.py``): their case ids and each kind's result once. A sink without
-    ``write_run`` is given the run's results one by one."""
-
-    def write_run(self, run: DecidedRun) -> None: ...
 
 
 class LinedUp(Protocol):
