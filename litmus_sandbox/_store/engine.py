@@ -284,18 +284,25 @@ class DuckJoin:
                 raise UpstreamError("the gate's join engine (DuckDB) lost the cases' order")
             last = int(places[-1])
             keys: list[str] = page["key"].tolist()
-            for s, e, kinded in engine_pages.segments(keys, page, self._excluded):
-                if kinded:
-                    yield engine_pages.run_of(
-                        self.kinds, keys[s:e], page["bw"][s:e], page["cw"][s:e]
-                    )
-                    continue
-                part = {name: column[s:e] for name, column in page.items()}
-                ks = keys if s == 0 and e == len(keys) else keys[s:e]
-                bs = engine_pages.sides(self.kinds, ks, part["nb"], part["bw"])
-                cs = engine_pages.sides(self.kinds, ks, part["nc"], part["cw"])
-                odd_at = self._odd(ks, part, bs, cs, odd_at)
-                yield ks, bs, cs
+            kinded, segments = engine_pages.segments(self.kinds, keys, page, self._excluded)
+            # The cases not in a run, as one chunk of the page (their verdicts with
+            # epochs, or kept whole, fetched in one query), then cut between the runs.
+            ks, bs, cs = keys, [], []
+            if not kinded.all():
+                if kinded.any():
+                    rest = ~kinded
+                    page = {name: column[rest] for name, column in page.items()}
+                    ks = page["key"].tolist()
+                bs = engine_pages.sides(self.kinds, ks, page["nb"], page["bw"])
+                cs = engine_pages.sides(self.kinds, ks, page["nc"], page["cw"])
+                odd_at = self._odd(ks, page, bs, cs, odd_at)
+            at = 0
+            for s, e, run in segments:
+                if run is not None:
+                    yield run
+                else:
+                    yield ks[at : at + e - s], bs[at : at + e - s], cs[at : at + e - s]
+                    at += e - s
 
     def _group(self, plain: bool) -> int:
         """Write ``todo`` (the cases handed on, in gate order) and ``odd`` (the verdicts of

@@ -18,12 +18,18 @@ from litmus_sandbox._core.runs import LegacyRun
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
 from litmus_sandbox._store.verdict_columns import WHOLE, Kinds
 
-__all__ = ["run_of", "segments", "side_of", "sides"]
+__all__ = ["MIN_RUN", "run_of", "segments", "side_of", "sides"]
+
+#: The fewest cases in a row a run takes: fewer go in a chunk.
+MIN_RUN = 64
 
 
-def segments(keys: list[str], page: Any, excluded: frozenset[str]) -> list[tuple[int, int, bool]]:
-    """The page cut where its cases change between those a run takes (one verdict a
-    side, none kept whole, not excluded) and the others: (start, end, in a run)."""
+def segments(
+    kinds: Kinds, keys: list[str], page: Any, excluded: frozenset[str]
+) -> tuple[Any, list[tuple[int, int, LegacyRun | None]]]:
+    """Which of the page's cases a run takes (one verdict a side, none kept whole, not
+    excluded, at least :data:`MIN_RUN` of them in a row), and the page cut where that
+    changes: (start, end, the run or None for a chunk)."""
     import numpy as np
 
     kinded = (
@@ -34,9 +40,22 @@ def segments(keys: list[str], page: Any, excluded: frozenset[str]) -> list[tuple
     )
     if excluded:
         kinded &= np.fromiter((k not in excluded for k in keys), np.bool_, len(keys))
-    cuts = (np.flatnonzero(kinded[1:] != kinded[:-1]) + 1).tolist()
-    edges = [0, *cuts, len(keys)]
-    return [(s, e, bool(kinded[s])) for s, e in pairwise(edges)]
+    for s, e in _cut(kinded):  # too short a run costs more than its cases one by one
+        if kinded[s] and e - s < MIN_RUN:
+            kinded[s:e] = False
+    bw, cw = page["bw"], page["cw"]
+    return kinded, [
+        (s, e, run_of(kinds, keys[s:e], bw[s:e], cw[s:e]) if kinded[s] else None)
+        for s, e in _cut(kinded)
+    ]
+
+
+def _cut(flags: Any) -> list[tuple[int, int]]:
+    """Where ``flags`` (not empty) changes: (start, end) of each stretch of one value."""
+    import numpy as np
+
+    cuts = (np.flatnonzero(flags[1:] != flags[:-1]) + 1).tolist()
+    return list(pairwise([0, *cuts, len(flags)]))
 
 
 def run_of(kinds: Kinds, keys: list[str], bw: Any, cw: Any) -> LegacyRun:

@@ -18,12 +18,16 @@ from hypothesis import strategies as st
 from litmus_sandbox._core.runs import LegacyRun
 from litmus_sandbox._core.suite import gate_lined_up, stream_gate
 from litmus_sandbox._model.codec import decode_verdict_record
-from litmus_sandbox._store import engine_sql
+from litmus_sandbox._store import engine_pages, engine_sql
 from litmus_sandbox._store.engine import DEFAULT_MEMORY_BUDGET, DuckJoin
 
 
 def _engine(b: list[Any], c: list[Any], sink: Kept, exclusions: dict[str, str]) -> Any:
-    with DuckJoin(memory_budget=1 << 26, exclusions=exclusions) as join:
+    """The engine's gate; any legacy cases in a row make a run (these suites are small)."""
+    with (
+        mock.patch.object(engine_pages, "MIN_RUN", 1),
+        DuckJoin(memory_budget=1 << 26, exclusions=exclusions) as join,
+    ):
         join.add_verdicts(0, b)
         join.add_verdicts(1, c)
         return gate_lined_up(join, sink, exclusions=exclusions)
@@ -88,13 +92,17 @@ def test_ten_million_pairs_group_in_four_or_six_parts_at_the_default_budget() ->
 
 
 def test_legacy_cases_come_as_runs_and_the_others_as_chunks_between() -> None:
-    """Cases of one legacy verdict a side come as runs (decided once per kind); a case
-    with epochs, one kept whole and an excluded one come as chunks, in gate order."""
-    b: list[Any] = [legacy(f"k{i}", i % 3 != 0) for i in range(10)]
+    """Cases of one legacy verdict a side come as runs (decided once per kind), when
+    there are enough of them in a row; a case with epochs, one kept whole, an excluded
+    one and a run too short come as chunks, in gate order."""
+    b: list[Any] = [legacy(f"k{i}", i % 3 != 0) for i in range(13)]
     b += [legacy("k4"), verdict("n1")]
-    c: list[Any] = [legacy(f"k{i}", i % 2 != 0, judge_version="j2") for i in range(10)]
+    c: list[Any] = [legacy(f"k{i}", i % 2 != 0, judge_version="j2") for i in range(13)]
     c.append(verdict("n1"))
-    with DuckJoin(memory_budget=1 << 26, exclusions={"k7": "why"}) as join:
+    with (
+        mock.patch.object(engine_pages, "MIN_RUN", 2),
+        DuckJoin(memory_budget=1 << 26, exclusions={"k7": "why", "k9": "why"}) as join,
+    ):
         join.add_verdicts(0, b)
         join.add_verdicts(1, c)
         got = list(join.chunks(plain=True))
@@ -103,8 +111,8 @@ def test_legacy_cases_come_as_runs_and_the_others_as_chunks_between() -> None:
         ("LegacyRun", ["k0", "k1", "k2", "k3"]),
         ("tuple", ["k4"]),  # two baseline verdicts: epochs
         ("LegacyRun", ["k5", "k6"]),
-        ("tuple", ["k7"]),  # excluded
-        ("LegacyRun", ["k8", "k9"]),
+        ("tuple", ["k7", "k8", "k9"]),  # excluded, a run too short, excluded
+        ("LegacyRun", ["k10", "k11", "k12"]),
         ("tuple", ["n1"]),  # kept whole
     ]
     for run in (p for p in got if isinstance(p, LegacyRun)):  # each case's kind its sides
