@@ -3,10 +3,11 @@
 A page is columns, a row a case in gate order: case id, verdicts a side (``nb``,
 ``nc``) and each side's ``2 * code + safe`` (``bw``, ``cw``). Its cases of one legacy
 verdict a side, none kept whole and none excluded, become runs (``_core/runs.py``):
-each distinct pair of ``bw`` and ``cw`` a kind, no object made per case. The others
-become chunks, in gate order between the runs: a side of one verdict made again from its
-columns here, the verdicts of cases with epochs or a verdict kept whole filled in by
-the engine from its table ``odd``.
+each distinct pair of ``bw`` and ``cw`` a kind, no object made per case. A run needs
+:data:`MIN_RUN` such cases in a row: a shorter one costs more than its cases one by one.
+The others become one chunk a page, cut between the runs in gate order: a side of one
+verdict made again from its columns here, the verdicts of cases with epochs or a verdict
+kept whole filled in by the engine from its table ``odd`` (one query a page).
 """
 
 from __future__ import annotations
