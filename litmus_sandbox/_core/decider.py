@@ -43,6 +43,8 @@ __all__ = ["CaseDecider", "Side"]
 Side = AnyVerdict | list[AnyVerdict] | None
 
 _outcome = operator.attrgetter("outcome")
+#: A kind of legacy pair: baseline provenance, the candidate's, their safeties.
+_KindKey = tuple[LegacyProvenance, LegacyProvenance, bool, bool]
 
 
 class CaseDecider:
@@ -69,10 +71,7 @@ class CaseDecider:
         self.matched: set[str] = set()
         #: (baseline provenance, candidate's, safeties) -> (outcome, reasons) of legacy
         #: pairs that do not pass (see the module docstring).
-        self._decided: dict[
-            tuple[LegacyProvenance, LegacyProvenance, bool, bool],
-            tuple[Outcome, tuple[Reason, ...]],
-        ] = {}
+        self._decided: dict[_KindKey, tuple[Outcome, tuple[Reason, ...]]] = {}
 
     def decide(
         self, keys: Sequence[str], bs: Sequence[Side], cs: Sequence[Side], *, note: bool = True
@@ -155,20 +154,14 @@ class CaseDecider:
                 ):
                     # Decided once per kind of pair (see the module docstring).
                     kind_key = (bp, c.provenance, b.safe, c.safe)
-                    kind = decided.get(kind_key)
-                    if kind is None:
-                        if len(decided) > KEPT:
-                            decided.clear()
-                        result = self._compare(key, b, c)
-                        decided[kind_key] = (result.outcome, result.reasons)
-                    else:
-                        result = CaseResult(
-                            case_id=key,
-                            outcome=kind[0],
-                            reasons=kind[1],
-                            baseline=(b,),
-                            candidate=(c,),
-                        )
+                    kind = decided.get(kind_key) or self._kind(kind_key, key, b, c)
+                    result = CaseResult(
+                        case_id=key,
+                        outcome=kind[0],
+                        reasons=kind[1],
+                        baseline=(b,),
+                        candidate=(c,),
+                    )
                     add(result)
                     checked.append(result)
                     if result.outcome == "PASS" and not c.safe:
@@ -190,11 +183,9 @@ class CaseDecider:
             return self.decide(*run.chunk())
         cases = Counter(run.kinds)
         results: list[CaseResult | None] = []
-        noted: list[CaseResult | None] = []
         passes = still_unsafe = handed = 0
         for number, (bsafe, bp, csafe, cp) in enumerate(run.sides):
             n = cases[number]
-            checked = None
             if (
                 bp == cp
                 and bp.judge_version is not None
@@ -205,7 +196,6 @@ class CaseDecider:
                 if bsafe is csafe and bsafe and not self._plain:
                     passes += n
                     results.append(None)
-                    noted.append(None)
                     continue
                 still_unsafe += n if bsafe is csafe and not bsafe else 0
                 outcome: Outcome = (
@@ -214,16 +204,11 @@ class CaseDecider:
                 reasons: tuple[Reason, ...] = ()
             else:  # decided once per kind of pair, as in :meth:`_chunk`
                 kind_key = (bp, cp, bsafe, csafe)
-                known = self._decided.get(kind_key)
-                if known is None:  # by its first case, as a chunk would have it
-                    i = run.first[number]
-                    result = self._compare(run.keys[i], *run.verdicts(i))
-                    if len(self._decided) > KEPT:
-                        self._decided.clear()
-                    known = self._decided[kind_key] = (result.outcome, result.reasons)
-                outcome, reasons = known
+                first = run.first[number]  # its first case, as a chunk would have it
+                outcome, reasons = self._decided.get(kind_key) or self._kind(
+                    kind_key, run.keys[first], *run.verdicts(first)
+                )
                 still_unsafe += n if outcome == "PASS" and not csafe else 0
-                checked = True
             result = CaseResult(
                 case_id="",
                 outcome=outcome,
@@ -232,7 +217,6 @@ class CaseDecider:
                 candidate=(LegacyVerdict(run_id="", safe=csafe, provenance=cp),),
             )
             results.append(result)
-            noted.append(result if checked else None)
             handed += n
             self.tally.count_outcome(outcome, n)
         tally = self.tally
@@ -240,10 +224,21 @@ class CaseDecider:
             tally.count_passes(passes)
         if still_unsafe:
             tally.count_still_unsafe(still_unsafe)
-        tally.note_run(run, noted, cases)
+        tally.note_run(run, results, cases)  # only results with reasons are noted
         return DecidedRun(
             keys=run.keys, kinds=run.kinds, sides=run.sides, results=results, handed=handed
         )
+
+    def _kind(
+        self, kind_key: _KindKey, key: str, b: LegacyVerdict, c: LegacyVerdict
+    ) -> tuple[Outcome, tuple[Reason, ...]]:
+        """Decide a kind of legacy pair by its case ``key`` (``b`` and ``c``) and keep its
+        outcome and reasons, shared by every case of the kind (see the module docstring)."""
+        if len(self._decided) > KEPT:
+            self._decided.clear()
+        result = self._compare(key, b, c)
+        kind = self._decided[kind_key] = (result.outcome, result.reasons)
+        return kind
 
     def _compare(self, key: str, b: Side, c: Side) -> CaseResult:
         return compare_case(

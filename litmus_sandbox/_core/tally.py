@@ -106,8 +106,9 @@ class SuiteTally:
     def note_run(
         self, run: LegacyRun, results: Sequence[CaseResult | None], cases: Mapping[int, int]
     ) -> None:
-        """Note the cases of a run (see ``_core/runs.py``): ``results`` per kind (None: a
-        kind not to note), ``cases``: how many cases each kind has."""
+        """Note the cases of a run (see ``_core/runs.py``): ``results`` per kind (those
+        with reasons are noted; None: a kind only counted), ``cases``: how many cases
+        each kind has."""
         planned: dict[int, tuple[_Kind, CaseResult]] = {}
         for number, r in enumerate(results):
             if r is None or not r.reasons:
@@ -120,8 +121,7 @@ class SuiteTally:
             if r.outcome == _REBASE or r.outcome == _RERUN:
                 planned[number] = (kind, r)
         if planned:  # the plan lists its cases in gate order
-            plan = [planned.get(number) for number in range(len(results))]
-            mine = [plan[number] is not None for number in run.kinds]
+            mine = [number in planned for number in run.kinds]
             for key, number in zip(
                 compress(run.keys, mine), compress(run.kinds, mine), strict=True
             ):

@@ -87,7 +87,6 @@ class DuckJoin:
     def __init__(self, *, memory_budget: int, exclusions: Mapping[str, str] = {}) -> None:
         self._dir = tempfile.mkdtemp(prefix="litmus-gate-")
         self._limit = max(_MIN_LIMIT, memory_budget // 2)
-        self._exclusions = list(exclusions)
         self._excluded = frozenset(exclusions)
         self.kinds = Kinds()
         self._sizes = [0, 0]
@@ -128,8 +127,8 @@ class DuckJoin:
         # DuckDB draws a bar on standard output for a long query: where the report goes.
         db.execute("SET enable_progress_bar = false")
         db.execute(engine_sql.SCHEMA)
-        if self._exclusions:
-            self._append("excluded", {"key": _objects(self._exclusions)})
+        if self._excluded:
+            self._append("excluded", {"key": _objects(list(self._excluded))})
         return db
 
     def __enter__(self) -> DuckJoin:
