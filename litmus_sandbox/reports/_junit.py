@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
-from litmus_sandbox._core.gate import CaseResult, Reason
+from litmus_sandbox._core.gate import CaseResult
 from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.about import package_version
@@ -17,11 +17,10 @@ from litmus_sandbox._model.safe_text import for_terminal
 from litmus_sandbox.reports._inputs import SIDES, side_rows
 from litmus_sandbox.reports._shared import (
     STILL_UNSAFE,
-    LegacyKind,
+    KindRows,
     Writer,
     budget_line,
     evidence_lines,
-    legacy_kind,
     rank,
     render,
     side_word,
@@ -56,52 +55,32 @@ class JunitWriter(Writer):
         super().__init__(out, **kw)
         self.tests = self.failures = self.errors = self.skipped = 0
         self._counts: Counter[str] = Counter()
-        #: A kind of legacy case -> its reasons, rank, test case body and count (see
-        #: :func:`~litmus_sandbox.reports._shared.legacy_kind`).
-        self._kinds: dict[LegacyKind, tuple[tuple[Reason, ...], int, str, str]] = {}
+        #: A kind of legacy case's rank, test case body and the count it adds to.
+        self._rows = KindRows(lambda case: (rank(case), *self._inner(case)))
 
     def write(self, results: Sequence[CaseResult]) -> None:
         spooled: dict[int, list[str]] = {}
-        kinds = self._kinds
         counts = self._counts
+        of = self._rows.of
         for case in results:
-            key = legacy_kind(case)
-            seen = kinds.get(key) if key is not None else None
-            if seen is None or seen[0] is not case.reasons:
-                seen = self._kind(key, case)
-            counts[seen[3]] += 1
-            line = f'  <testcase classname="litmus.gate" name={_name(case.case_id)}>{seen[2]}</testcase>\n'
-            spooled.setdefault(seen[1], []).append(line)
+            place, inner, counter = of(case)
+            counts[counter] += 1
+            line = f'  <testcase classname="litmus.gate" name={_name(case.case_id)}>{inner}</testcase>\n'
+            spooled.setdefault(place, []).append(line)
         self._spool(len(results), spooled)
 
     def write_run(self, run: DecidedRun) -> None:
-        rows = [
-            None if case is None else self._kind(legacy_kind(case), case) for case in run.results
-        ]
+        rows = [None if case is None else self._rows.of(case) for case in run.results]
         spooled: dict[int, list[str]] = {}
         counts = self._counts
         for case_id, kind in zip(run.keys, run.kinds, strict=True):
-            seen = rows[kind]
-            if seen is not None:
-                counts[seen[3]] += 1
-                line = f'  <testcase classname="litmus.gate" name={_name(case_id)}>{seen[2]}</testcase>\n'
-                spooled.setdefault(seen[1], []).append(line)
+            row = rows[kind]
+            if row is not None:
+                place, inner, counter = row
+                counts[counter] += 1
+                line = f'  <testcase classname="litmus.gate" name={_name(case_id)}>{inner}</testcase>\n'
+                spooled.setdefault(place, []).append(line)
         self._spool(run.handed, spooled)
-
-    def _kind(
-        self, key: LegacyKind | None, case: CaseResult
-    ) -> tuple[tuple[Reason, ...], int, str, str]:
-        """``case``'s reasons, rank, test case body and count, kept for its kind ``key``."""
-        kinds = self._kinds
-        seen = kinds.get(key) if key is not None else None
-        if seen is not None and seen[0] is case.reasons:
-            return seen
-        seen = (case.reasons, rank(case), *self._inner(case))
-        if key is not None:
-            if len(kinds) > 4096:
-                kinds.clear()
-            kinds[key] = seen
-        return seen
 
     def _spool(self, cases: int, spooled: dict[int, list[str]]) -> None:
         counts = self._counts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult
 from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary
 from litmus_sandbox._model.safe_text import md_code
@@ -13,12 +13,11 @@ from litmus_sandbox.reports._inputs import SIDES, side_rows, version_line
 from litmus_sandbox.reports._shared import (
     NOTHING_COMPARED,
     STILL_UNSAFE,
-    LegacyKind,
+    KindRows,
     Writer,
     as_warning,
     budget_line,
     evidence_lines,
-    legacy_kind,
     rank,
     render,
     shown,
@@ -38,51 +37,28 @@ class MarkdownWriter(Writer):
 
     def __init__(self, out: BinaryIO, **kw: Any) -> None:
         super().__init__(out, **kw)
-        #: A kind of legacy case -> its reasons, rank (-1: not listed) and the rest of its
-        #: row after its case id (see :func:`~litmus_sandbox.reports._shared.legacy_kind`).
-        self._kinds: dict[LegacyKind, tuple[tuple[Reason, ...], int, str]] = {}
+        #: A kind of legacy case's rank (-1: not listed) and the rest of its row after its
+        #: case id.
+        self._rows = KindRows(_kind_row)
 
     def write(self, results: Sequence[CaseResult]) -> None:
         spooled: dict[int, list[str]] = {}
-        kinds = self._kinds
+        of = self._rows.of
         for case in results:
-            key = legacy_kind(case)
-            seen = kinds.get(key) if key is not None else None
-            if seen is None or seen[0] is not case.reasons:
-                seen = self._kind(key, case)
-            if seen[1] < 0:
-                continue
-            # Recorded text (ids, details, evidence) only ever inside code spans.
-            row = f"| {md_code(case.case_id)} | {seen[2]}\n"
-            spooled.setdefault(seen[1], []).append(row)
+            place, rest = of(case)
+            if place >= 0:
+                # Recorded text (ids, details, evidence) only ever inside code spans.
+                spooled.setdefault(place, []).append(f"| {md_code(case.case_id)} | {rest}\n")
         self._spool(spooled)
 
     def write_run(self, run: DecidedRun) -> None:
-        rows = [
-            None if case is None else self._kind(legacy_kind(case), case) for case in run.results
-        ]
+        rows = [(-1, "") if case is None else self._rows.of(case) for case in run.results]
         spooled: dict[int, list[str]] = {}
         for case_id, kind in zip(run.keys, run.kinds, strict=True):
-            seen = rows[kind]
-            if seen is not None and seen[1] >= 0:
-                spooled.setdefault(seen[1], []).append(f"| {md_code(case_id)} | {seen[2]}\n")
+            place, rest = rows[kind]
+            if place >= 0:
+                spooled.setdefault(place, []).append(f"| {md_code(case_id)} | {rest}\n")
         self._spool(spooled)
-
-    def _kind(
-        self, key: LegacyKind | None, case: CaseResult
-    ) -> tuple[tuple[Reason, ...], int, str]:
-        """``case``'s reasons, rank (-1: not listed) and the rest of its row, kept for its
-        kind ``key``."""
-        kinds = self._kinds
-        seen = kinds.get(key) if key is not None else None
-        if seen is not None and seen[0] is case.reasons:
-            return seen
-        seen = (case.reasons, rank(case), _rest(case)) if shown(case) else (case.reasons, -1, "")
-        if key is not None:
-            if len(kinds) > 4096:
-                kinds.clear()
-            kinds[key] = seen
-        return seen
 
     def _spool(self, spooled: dict[int, list[str]]) -> None:
         for place, rows in spooled.items():  # one write a rank
@@ -118,6 +94,11 @@ class MarkdownWriter(Writer):
         self.copy_ranks()
         said = [*unknown_exclusions(summary), *warnings]
         self.out.write(text("".join(f"> {md_code(as_warning(w), cell=False)}\n" for w in said)))
+
+
+def _kind_row(case: CaseResult) -> tuple[int, str]:
+    """``case``'s rank (-1: not listed) and the rest of its row after its case id."""
+    return (rank(case), _rest(case)) if shown(case) else (-1, "")
 
 
 def _rest(case: CaseResult) -> str:

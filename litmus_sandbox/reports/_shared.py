@@ -16,11 +16,11 @@ format builds the report as one object: memory stays bounded whatever the suite'
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from io import BytesIO
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO, Generic, Self, TypeVar
 
-from litmus_sandbox._core.gate import OUTCOMES, CaseResult
+from litmus_sandbox._core.gate import OUTCOMES, CaseResult, Reason
 from litmus_sandbox._core.runs import DecidedRun
 from litmus_sandbox._core.suite import GateReport, GateSummary, UnsafeLimit
 from litmus_sandbox._model.records import AnyVerdict, LegacyVerdict
@@ -28,6 +28,7 @@ from litmus_sandbox._model.safe_text import json_inert
 from litmus_sandbox._store.partition import RankedSpool
 from litmus_sandbox.reports._timeline import not_judged, unsafe_steps, why_unsafe
 
+T = TypeVar("T")
 __all__ = ["as_warning", "ordered_cases", "safe_word", "side_summary"]
 
 _RANK = {o: i for i, o in enumerate(OUTCOMES)}
@@ -77,6 +78,30 @@ def legacy_kind(case: CaseResult) -> LegacyKind | None:
             return None
         c = cs[0].safe
     return case.outcome, id(case.reasons), b, c
+
+
+class KindRows(Generic[T]):
+    """What a report rendered for each kind of legacy case (:func:`legacy_kind`), so
+    the many cases of a kind are rendered once: ``render`` makes it for a case whose kind
+    is not kept (or of no kind). Each entry holds its kind's reasons, so their identity
+    stays theirs; at most 4096 kinds are kept at a time, past that they are forgotten."""
+
+    def __init__(self, render: Callable[[CaseResult], T]) -> None:
+        self._render = render
+        self._kept: dict[LegacyKind, tuple[tuple[Reason, ...], T]] = {}
+
+    def of(self, case: CaseResult) -> T:
+        """What ``render`` makes of ``case``, kept for its kind."""
+        key = legacy_kind(case)
+        seen = self._kept.get(key) if key is not None else None
+        if seen is not None and seen[0] is case.reasons:
+            return seen[1]
+        made = self._render(case)
+        if key is not None:
+            if len(self._kept) > 4096:
+                self._kept.clear()
+            self._kept[key] = (case.reasons, made)
+        return made
 
 
 #: How the text reports mark a case unsafe on both sides (a PASS: nothing changed).
