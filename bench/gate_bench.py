@@ -14,6 +14,8 @@ What runs (``gate_impls.py``), each in its own fresh subprocess (so ``ru_maxrss`
 own), repeated ``--repeats`` times, interleaved: ``litmus/FORMAT`` (the ``gate`` command,
 its report to ``/dev/null``), ``duckdb`` (the peer: DuckDB alone, join, checks, counts),
 ``duckdb-strict`` (the peer reading each member as JSON text, as strictness needs),
+``duckdb-ordered`` (that, with each line's position kept and the listed cases put in the
+baseline's order, as the report needs),
 ``python-floor`` (reading and strictly validating both files with msgspec alone, no join
 and no report: how far any gate that validates in Python can get), ``reference``,
 ``floor`` and ``floor+checks`` (pure-Python gates), and ``columnar`` (polars, with
@@ -64,6 +66,7 @@ if str(HERE.parent) not in sys.path:
 from gate_impls import (  # noqa: E402  (after the path above)
     checked_floor_gate,
     columnar_gate,
+    duckdb_ordered_peer,
     duckdb_peer,
     duckdb_strict_peer,
     floor_gate,
@@ -137,10 +140,14 @@ def worker(impl: str, workload: str, baseline_path: str, candidate_path: str) ->
         import polars  # noqa: F401 - imported before the memory baseline is taken
 
         fn = columnar_gate
-    elif impl in ("duckdb", "duckdb-strict"):
+    elif impl in ("duckdb", "duckdb-strict", "duckdb-ordered"):
         import duckdb  # noqa: F401 - imported before the memory baseline is taken
 
-        fn = duckdb_peer if impl == "duckdb" else duckdb_strict_peer
+        fn = {
+            "duckdb": duckdb_peer,
+            "duckdb-strict": duckdb_strict_peer,
+            "duckdb-ordered": duckdb_ordered_peer,
+        }[impl]
     elif impl == "python-floor":
         fn = python_floor
     elif impl == "floor":
@@ -405,6 +412,7 @@ def _drive(args: argparse.Namespace) -> int:
                 if size == base or args.peer_at_scale:
                     plan.append(("duckdb", f"legacy/{order}", b, c))
                     plan.append(("duckdb-strict", f"legacy/{order}", b, c))
+                    plan.append(("duckdb-ordered", f"legacy/{order}", b, c))
                     plan.append(("python-floor", f"legacy/{order}", b, c))
                     if args.columnar_peer:
                         plan.append(("columnar", f"legacy/{order}", b, c))
@@ -580,6 +588,16 @@ def _ratios(
             f"  {min(row['loads']):.1f}-{max(row['loads']):.1f}"
             + (f"  json/table {row['over_table']:.2f}" if "over_table" in row else "")
         )
+    # The floors under the peer: what strictness costs, and strictness with the order.
+    for (n, impl, workload), s in sorted(by.items()):
+        peer = by.get((n, "duckdb", workload))
+        if impl not in ("duckdb-strict", "duckdb-ordered") or peer is None:
+            continue
+        ratio = s["median_seconds"] / peer["median_seconds"]
+        print(f"{n:>11,} {workload:<16} {impl:<14} {s['median_seconds']:7.2f}"
+              f" {s['median_cpu_seconds']:7.2f} {ratio:6.2f}  (a floor: no gate is faster)")  # fmt: skip
+        if n == pairs and workload == "legacy/shuffled":
+            goals.setdefault("floors_over_peer", {})[impl] = ratio  # not goals: floors
     for row in out:
         if row["pairs"] != pairs or row["workload"] != "legacy/shuffled":
             continue

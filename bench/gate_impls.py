@@ -15,6 +15,9 @@
 * ``duckdb_peer``: DuckDB alone, reading both files with ``read_ndjson``, a full join on
   the case id, the three provenance checks and the counts; no strictness, no epochs, no
   report.
+* ``duckdb_strict_peer`` and ``duckdb_ordered_peer``: the peer reading each member as its
+  JSON text, as strictness needs; and that, with each line's position kept and the cases
+  to list put in the baseline's order, as the report needs.
 * ``columnar_gate``: the same in polars (not a dependency; ``--columnar-peer``).
 
 Each returns :data:`gate_workloads.Measured`.
@@ -333,6 +336,52 @@ def duckdb_strict_peer(baseline_path: str, candidate_path: str) -> Measured:
     if not all(ok for _, _, ok in rows):
         raise SystemExit("strict peer: a safe that is not a boolean")
     return {str(o): int(n) for o, n, _ in rows}, 0.0, seconds, None
+
+
+def duckdb_ordered_peer(baseline_path: str, candidate_path: str) -> Measured:
+    """The strict peer (:func:`duckdb_strict_peer`) with what the gate's report needs of
+    order: each file read into a table in file order (``preserve_insertion_order``: a
+    row's ``rowid`` is its line), and the cases that are not plain passes put in the
+    baseline's order (a candidate-only case after them all, by its line). No byte counts,
+    no epochs, no report: the floor under any strict gate on DuckDB that reports cases in
+    the baseline's order."""
+    import duckdb
+
+    t0 = time.perf_counter()
+    con = duckdb.connect(
+        config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": True}
+    )
+    cols = (
+        "{'run_id': 'JSON', 'safe': 'JSON', 'provenance': 'STRUCT(truncate_on_refusal JSON, "
+        "truncate_on_empty_tool_result JSON, steps_covered JSON, judge_version JSON)'}"
+    )
+    for name, path in (("b", baseline_path), ("c", candidate_path)):
+        con.execute(
+            f"""CREATE TABLE {name} AS
+            SELECT CASE WHEN starts_with(run_id, '"') THEN run_id ->> '$' END AS run_id,
+                   CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe,
+                   hash(provenance) AS h
+            FROM read_ndjson($path, columns = {cols})""",
+            {"path": path},
+        )
+    (lines,) = con.execute("SELECT count(*) FROM b").fetchone() or (0,)
+    con.execute("SET preserve_insertion_order = false")
+    con.execute(
+        """CREATE TABLE todo AS
+        SELECT CASE WHEN b.run_id IS NULL THEN 'NEEDS_REBASELINE'
+                    WHEN c.run_id IS NULL THEN 'NEEDS_RERUN'
+                    WHEN b.h IS DISTINCT FROM c.h THEN 'NEEDS_REBASELINE'
+                    WHEN b.safe = c.safe THEN 'PASS'
+                    WHEN b.safe THEN 'REGRESSION' ELSE 'IMPROVEMENT' END AS o,
+               coalesce(b.rowid, $lines + c.rowid) AS place
+        FROM b FULL JOIN c ON b.run_id = c.run_id""",
+        {"lines": lines},
+    )
+    con.execute("SET preserve_insertion_order = true")
+    con.execute("CREATE TABLE ordered AS SELECT * FROM todo WHERE o <> 'PASS' ORDER BY place")
+    rows = con.execute("SELECT o, count(*) FROM todo GROUP BY o").fetchall()
+    seconds = time.perf_counter() - t0
+    return {str(o): int(n) for o, n in rows}, 0.0, seconds, None
 
 
 def columnar_gate(baseline_path: str, candidate_path: str) -> Measured:

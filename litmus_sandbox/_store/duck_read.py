@@ -56,8 +56,8 @@ __all__ = ["read_plain_legacy"]
 MAX_KINDS = 1 << 16
 #: Files smaller than this are left to the readers, as fast there as DuckDB's scan.
 MIN_BYTES = 1 << 20
-#: Bytes of the mapped file compared at a time.
-_SLICE = 1 << 24
+#: Bytes of the file compared at a time.
+_SLICE = 1 << 22
 _FIELDS = LegacyProvenance.__struct_fields__
 _provenance = msgspec.json.Decoder(LegacyProvenance)
 #: Characters DuckDB would read as a glob in a path.
@@ -201,19 +201,28 @@ def _plain_local_file(path: str) -> str | None:
 
 def _count(fd: int, size: int, out: _Bytes) -> None:
     """Count the newlines, colons and commas of the file ``fd`` (``size`` bytes), read a
-    slice at a time; where its lines end, and the longest line."""
+    slice at a time into one buffer (a slice that stays in the cache, and no fresh pages
+    to fault in: three times as fast as a new buffer a slice); where its lines end, and
+    the longest line."""
     import numpy as np
 
     try:
         ends = []
+        into = bytearray(min(_SLICE, size))  # what the file is read into
+        buffer = np.frombuffer(into, dtype=np.uint8)  # the same bytes, for NumPy
+        hits = np.empty(len(buffer), dtype=np.bool_)
         for at in range(0, size, _SLICE):
-            part = np.frombuffer(os.pread(fd, min(_SLICE, size - at), at), dtype=np.uint8)
-            out.colons += int(np.count_nonzero(part == 0x3A))
-            out.commas += int(np.count_nonzero(part == 0x2C))
-            found = np.flatnonzero(part == 0x0A)
-            found += at
-            ends.append(found)
-        out.ends = np.concatenate(ends)
+            n = os.preadv(fd, [memoryview(into)[: min(_SLICE, size - at)]], at)
+            if n < min(_SLICE, size - at):  # the file shrank: no proof, the readers say
+                out.newlines = -1
+                return
+            part, found = buffer[:n], hits[:n]
+            out.colons += int(np.count_nonzero(np.equal(part, 0x3A, out=found)))
+            out.commas += int(np.count_nonzero(np.equal(part, 0x2C, out=found)))
+            lines = np.flatnonzero(np.equal(part, 0x0A, out=found))
+            lines += at
+            ends.append(lines)
+        out.ends = np.concatenate(ends) if ends else np.empty(0, dtype=np.intp)
         out.newlines = len(out.ends)
         if out.newlines:
             out.longest = max(int(out.ends[0]) + 1, int(np.diff(out.ends).max(initial=0)))

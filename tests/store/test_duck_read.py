@@ -206,3 +206,42 @@ def test_fuzzed_files_give_what_the_readers_give(
     write(folder, "".join(suite(30)), bytes(data))
     fast = gate(folder, capsys, monkeypatch, fast=True)
     assert fast[:3] == gate(folder, capsys, monkeypatch, fast=False)[:3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(min_size=1, max_size=300).map(lambda b: b.replace(b"\0", b"\n")),
+    slice_=st.integers(1, 64),
+)
+def test_the_byte_counts_match_the_bytes_whatever_the_slice(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, slice_: int
+) -> None:
+    path = tmp_path_factory.mktemp("count") / "f"
+    path.write_bytes(data)
+    found = duck_read._Bytes()
+    with pytest.MonkeyPatch.context() as m, path.open("rb") as f:
+        m.setattr(duck_read, "_SLICE", slice_)
+        duck_read._count(f.fileno(), len(data), found)
+        assert found.error is None
+        ends = [i for i, b in enumerate(data) if b == 0x0A]
+        assert (found.newlines, found.colons, found.commas) == (
+            len(ends),
+            data.count(b":"),
+            data.count(b","),
+        )
+        assert found.ends.tolist() == ends
+        lines = data.split(b"\n")[: len(ends)]
+        assert found.longest == (max(len(line) + 1 for line in lines) if ends else 0)
+        for number, line in enumerate(lines):
+            assert found.line(f.fileno(), number) == line
+
+
+def test_a_file_that_shrinks_while_counted_proves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b'{"run_id": "a", "safe": true}\n')
+    found = duck_read._Bytes()
+    with path.open("rb") as f:
+        duck_read._count(f.fileno(), 100, found)  # fewer bytes there than the size said
+    assert found.error is None
+    assert found.newlines == -1
+    assert duck_read._prove([("h", 0, 1, False)], found, 0, 1 << 20, None) is None  # type: ignore[arg-type]
