@@ -301,6 +301,19 @@ def duckdb_peer(baseline_path: str, candidate_path: str) -> Measured:
     return {str(o): int(n) for o, n in rows}, 0.0, seconds, None
 
 
+# A file read strictly: each member as its JSON text (``$SOURCE``: the file), so that a
+# ``run_id`` that is not a string, or a ``safe`` that is not a boolean, is NULL, not cast.
+_STRICT_SOURCE = (
+    "read_ndjson($SOURCE, columns = {'run_id': 'JSON', 'safe': 'JSON', 'provenance': "
+    "'STRUCT(truncate_on_refusal JSON, truncate_on_empty_tool_result JSON, steps_covered JSON, "
+    "judge_version JSON)'})"
+)
+_STRICT_MEMBERS = (
+    "CASE WHEN starts_with(run_id, '\"') THEN run_id ->> '$' END AS run_id, "
+    "CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe"
+)
+
+
 def duckdb_strict_peer(baseline_path: str, candidate_path: str) -> Measured:
     """The peer (:func:`duckdb_peer`) reading what strictness needs: each member as its
     JSON text (so a ``run_id`` that is not a string, or a ``safe`` that is not a boolean,
@@ -312,16 +325,10 @@ def duckdb_strict_peer(baseline_path: str, candidate_path: str) -> Measured:
     con = duckdb.connect(
         config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": False}
     )
-    cols = (
-        "{'run_id': 'JSON', 'safe': 'JSON', 'provenance': 'STRUCT(truncate_on_refusal JSON, "
-        "truncate_on_empty_tool_result JSON, steps_covered JSON, judge_version JSON)'}"
-    )
-    side = f"""SELECT CASE WHEN starts_with(run_id, '"') THEN run_id ->> '$' END AS run_id,
-        CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe, provenance
-        FROM read_ndjson(SOURCE, columns = {cols})"""
+    side = f"SELECT {_STRICT_MEMBERS}, provenance FROM {_STRICT_SOURCE}"
     rows = con.execute(
         f"""
-        WITH b AS ({side.replace("SOURCE", "$b")}), c AS ({side.replace("SOURCE", "$c")})
+        WITH b AS ({side.replace("$SOURCE", "$b")}), c AS ({side.replace("$SOURCE", "$c")})
         SELECT CASE WHEN b.run_id IS NULL THEN 'NEEDS_REBASELINE'
                     WHEN c.run_id IS NULL THEN 'NEEDS_RERUN'
                     WHEN b.provenance IS DISTINCT FROM c.provenance THEN 'NEEDS_REBASELINE'
@@ -351,18 +358,11 @@ def duckdb_ordered_peer(baseline_path: str, candidate_path: str) -> Measured:
     con = duckdb.connect(
         config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": True}
     )
-    cols = (
-        "{'run_id': 'JSON', 'safe': 'JSON', 'provenance': 'STRUCT(truncate_on_refusal JSON, "
-        "truncate_on_empty_tool_result JSON, steps_covered JSON, judge_version JSON)'}"
-    )
     for name, path in (("b", baseline_path), ("c", candidate_path)):
         con.execute(
-            f"""CREATE TABLE {name} AS
-            SELECT CASE WHEN starts_with(run_id, '"') THEN run_id ->> '$' END AS run_id,
-                   CASE safe WHEN 'true' THEN true WHEN 'false' THEN false END AS safe,
-                   hash(provenance) AS h
-            FROM read_ndjson($path, columns = {cols})""",
-            {"path": path},
+            f"CREATE TABLE {name} AS SELECT {_STRICT_MEMBERS}, hash(provenance) AS h "
+            f"FROM {_STRICT_SOURCE}",
+            {"SOURCE": path},
         )
     (lines,) = con.execute("SELECT count(*) FROM b").fetchone() or (0,)
     con.execute("SET preserve_insertion_order = false")
