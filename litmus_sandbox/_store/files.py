@@ -211,6 +211,27 @@ def iter_blocks(
         lineno += len(lines) - 1
 
 
+def one_object_a_line(block: bytes, newlines: int) -> bool:
+    """Whether each of the ``newlines`` lines of ``block`` (whole lines, each ending
+    with its newline) starts with ``{`` and ends with ``}``: then, when ``decode_lines``
+    finds as many objects as lines, each line holds exactly one.
+
+    A count of objects alone is fooled: it also reads an object over two lines, which
+    makes up for two objects on one line elsewhere. No object spans a ``}`` ending a line
+    and a ``{`` starting the next (after a value closes, JSON allows only ``,``, ``}``
+    or ``]``, and a string never holds a raw newline), so each line holds one object or
+    more, and as many objects as lines leave exactly one a line. Told by one count at C
+    speed; a line with other bytes at its ends (whitespace, a carriage return) is left to
+    the line-by-line reader.
+    """
+    return (
+        newlines > 0
+        and block.startswith(b"{")
+        and block.endswith(b"}\n")
+        and block.count(b"}\n{") == newlines - 1
+    )
+
+
 def read_bounded_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """The whole of the regular file ``path``, at most ``limit`` bytes (the line cap).
 

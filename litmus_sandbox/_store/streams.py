@@ -54,6 +54,7 @@ from litmus_sandbox._store.files import (
     BLOCK_BYTES,
     iter_blocks,
     iter_lines,
+    one_object_a_line,
     open_input,
     replaced,
 )
@@ -479,10 +480,10 @@ def verdict_block(
 def _fast_block(block: bytes, lines: list[bytes], kinds: LegacyKinds) -> list[VerdictRecord] | None:
     """Decode a block of whole well-formed lines in one call, or None to go line by line.
 
-    A record a line: ``decode_lines`` also reads two objects on one line, or none on a
-    blank one (which could make up for the other), so the records must be as many as
-    the lines, and every line must start with ``{`` (told by the least of them:
-    whitespace, and every other byte a JSON value may start with, sorts before it).
+    A record a line: ``decode_lines`` also reads two objects on one line, none on a
+    blank one, or one over two lines (each of which could make up for another), so the
+    records must be as many as the lines, and every line must start with ``{`` and end
+    with ``}`` (:func:`~litmus_sandbox._store.files.one_object_a_line`).
 
     Legacy verdicts are tried first: when the block's colons are just the members they
     imply, no line has another key (a ``kind`` above all), and nothing else need be
@@ -491,7 +492,7 @@ def _fast_block(block: bytes, lines: list[bytes], kinds: LegacyKinds) -> list[Ve
     the block to the line-by-line reader, which tells each line by its own fields).
     """
     newlines = len(lines) - 1  # the block ends with a newline: the last is empty
-    if not min(lines[:newlines], default=b"").startswith(b"{"):
+    if not one_object_a_line(block, newlines):
         return None
     records = _decoded(legacy_fast_decoder, block, newlines)
     if records is not None and kinds.members_distinct(records, block):

@@ -19,9 +19,11 @@ decider:
 **Validation is the readers' own.** A block of legacy lines as the reference harness
 writes them is decoded in one call with the provenance left undecoded (``msgspec.Raw``);
 each distinct provenance is decoded once, strictly (no unknown key), and its colons
-counted. The block is taken only when its colons are exactly the members its records
-imply (two a record, and each provenance's key and fields): then no line has a duplicate
-key, an unknown key or two records, and each record is what the reader would have made.
+counted. The block is taken only when each line is one object (as many objects as
+lines, each line from ``{`` to ``}``: ``files.one_object_a_line``) and its colons are
+exactly the members its records imply (two a record, and each provenance's key and
+fields): then no line has a duplicate key, an unknown key or two records, no record
+spans two lines, and each record is what the reader would have made.
 Any other block goes through :func:`~litmus_sandbox._store.streams.verdict_block`, the
 reader's own, which names the bad line (``file:line``), reports a torn last line, and
 keeps the policy records.
@@ -48,7 +50,7 @@ from litmus_sandbox._model.records import (
     PolicyRecord,
     Verdict,
 )
-from litmus_sandbox._store.files import iter_blocks, open_input
+from litmus_sandbox._store.files import iter_blocks, one_object_a_line, open_input
 from litmus_sandbox._store.streams import ReadWarning, verdict_block
 
 __all__ = [
@@ -129,8 +131,8 @@ class Kinds:
     def legacy_block(self, block: bytes, lines: list[bytes]) -> Columns | None:
         """The columns of a block of whole legacy lines, or None (see the module docstring)."""
         n = len(lines) - 1  # the block ends with a newline: the last is empty
-        if not n or not min(lines[:n]).startswith(b"{"):
-            return None
+        if not one_object_a_line(block, n):
+            return None  # a line that is not one object for sure: the reader looks
         try:
             records = legacy_line.decode_lines(block)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):

@@ -20,6 +20,7 @@ from litmus_sandbox import (
     read_verdicts,
     write_verdicts,
 )
+from litmus_sandbox._cli.main import main as cli_main
 from litmus_sandbox._model import legacy_blocks
 from litmus_sandbox._model.codec import (
     DecodeProblem,
@@ -28,6 +29,7 @@ from litmus_sandbox._model.codec import (
 )
 from litmus_sandbox._model.legacy_blocks import legacy_members_distinct
 from litmus_sandbox._model.records import NO_UNKNOWN_KEYS
+from litmus_sandbox._store import files
 
 _EP = '{"kind":"episode","v":1,"episode_id":"e","case_id":"c"}'
 _VERDICT = '{"kind":"verdict","v":1,"case_id":"a","episode_id":"e","safe":true}'
@@ -115,6 +117,75 @@ def test_two_records_on_one_line_are_refused_however_the_block_reads(
         del lines[1501]
     got = read_verdicts(_write(tmp_path / "w.jsonl", lines)).verdicts
     assert [v.case_id for v in got] == [f"c{i}" for i in range(2000) if i not in (1200, 1201)]
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("next_starts", ["{", "}", '"'])
+@pytest.mark.parametrize("gap", [1, 5, -3])
+def test_a_record_over_two_lines_never_makes_up_for_two_on_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], native: bool, next_starts: str, gap: int
+) -> None:
+    """``decode_lines`` reads a record spread over two lines as one: with two records on
+    one line in the same block, the counts agree. The reader, and the gate's own reading,
+    still name the first bad line, whichever comes first and wherever the record is cut
+    (the next line starting with ``{``, ``}`` or a key)."""
+    one = _LEGACY if not native else _VERDICT.replace('"safe":true', '"safe":true,"m":{"x":1}')
+    lines = [one.replace('"a"' if native else '"r"', f'"c{i}"') for i in range(2000)]
+    whole = lines[1000]
+    at = {"{": whole.rindex("{"), "}": len(whole) - 1, '"': whole.index('"safe"')}[next_starts]
+    lines[1000:1001] = [whole[:at], whole[at:]]  # one record over two lines
+    assert lines[1001].startswith(next_starts)
+    two = 1001 + gap if gap > 0 else 1000 + gap
+    lines[two] += lines[two + 1]  # two records on one line
+    del lines[two + 1]
+    first_bad = min(1001, two + 1)
+    path = _write(tmp_path / "v.jsonl", lines)
+    with pytest.raises(RecordDecodeError, match=rf"v\.jsonl:{first_bad}: not valid JSON"):
+        read_verdicts(path)
+    baseline = _write(tmp_path / "b.jsonl", [one])
+    code = cli_main(["gate", "--baseline", str(baseline), "--candidate", str(path)])
+    assert code == 2
+    assert f"v.jsonl:{first_bad}: not valid JSON" in capsys.readouterr().err
+
+
+_any_lines = msgspec.json.Decoder()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from("abc"), st.integers(0, 9) | st.just({}), max_size=3),
+            st.sampled_from(["", "\n", " ", "\n\n"]),  # what follows the record
+            st.integers(0, 40),  # where a newline is put into it, if anywhere
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_one_object_a_line_and_the_count_mean_one_record_a_line(
+    records: list[tuple[dict[str, object], str, int, bool]],
+) -> None:
+    """Whatever the lines (records run together, cut across lines at any byte, blank
+    lines between), when each line starts with ``{`` and ends with ``}`` and
+    ``decode_lines`` finds as many objects as lines, each line is one object, in order."""
+    text = ""
+    for record, after, cut_at, cut in records:
+        encoded = json.dumps(record)
+        if cut:
+            at = cut_at % (len(encoded) + 1)
+            encoded = encoded[:at] + "\n" + encoded[at:]
+        text += encoded + after
+    block = (text if text.endswith("\n") else text + "\n").encode()
+    lines = block.split(b"\n")
+    newlines = len(lines) - 1
+    try:
+        decoded = _any_lines.decode_lines(block)
+    except msgspec.DecodeError:
+        return
+    if not (files.one_object_a_line(block, newlines) and len(decoded) == newlines):
+        return
+    assert [msgspec.json.decode(line) for line in lines[:newlines]] == decoded
 
 
 @pytest.mark.parametrize(
