@@ -150,7 +150,9 @@ def client_pid(port: int) -> int | None:
             next(f)
             for line in f:
                 fields = line.split()
-                if int(fields[1].rpartition(":")[2], 16) == port:
+                # A socket of an earlier connection on the same port, closed and
+                # waiting (TIME_WAIT), has no inode (0) and no process: skip it.
+                if int(fields[1].rpartition(":")[2], 16) == port and fields[9] != "0":
                     inode = fields[9]
                     break
         if inode is not None:

@@ -267,6 +267,9 @@ def test_a_worker_killed_mid_shard_has_its_shard_retried(
             keys = step_keys(episodes, policy)
             shard = {k for k, (e, i) in keys.items() if e < 4 and (e, i) != held}
             wait_for(lambda: shard <= stored(url), what="the shard's other steps stored")
+            # The socket's process, once /proc lists it whole (a lookup mid-change can
+            # miss it): waited for, not looked up once.
+            wait_for(lambda: client_pid(judge.held_port) is not None, what="the held client's pid")
             pid = client_pid(judge.held_port)
             assert pid is not None
             assert b"ray::" in Path(f"/proc/{pid}/cmdline").read_bytes()
