@@ -209,11 +209,13 @@ def _count(fd: int, size: int, out: _Bytes) -> None:
     try:
         ends = []
         into = bytearray(min(_SLICE, size))  # what the file is read into
+        view = memoryview(into)
         buffer = np.frombuffer(into, dtype=np.uint8)  # the same bytes, for NumPy
         hits = np.empty(len(buffer), dtype=np.bool_)
         for at in range(0, size, _SLICE):
-            n = os.preadv(fd, [memoryview(into)[: min(_SLICE, size - at)]], at)
-            if n < min(_SLICE, size - at):  # the file shrank: no proof, the readers say
+            want = min(_SLICE, size - at)
+            n = os.preadv(fd, [view[:want]], at)
+            if n < want:  # the file shrank: no proof, the readers say
                 out.newlines = -1
                 return
             part, found = buffer[:n], hits[:n]
